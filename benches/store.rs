@@ -1,0 +1,444 @@
+//! Store, index and grep benchmarks, each beside the SQLite + FTS5 baseline that other LCM
+//! implementations use, on the same generated corpus in the same run.
+//!
+//! Corpus size: `LCM_BENCH_MESSAGES` (default 1,000,000); `LCM_BENCH_QUICK=1` uses 100,000.
+//! Building the corpus is itself measured (large batched ingest) and printed to stderr.
+//! Figures and how to read them: docs/PERFORMANCE.md.
+
+#[path = "support/corpus.rs"]
+mod corpus;
+#[path = "support/sqlite.rs"]
+mod sqlite;
+
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use lcm::core::config::Config;
+use lcm::core::message::NewMessage;
+use lcm::store::import::{ImportOptions, import_file};
+use lcm::store::{DataDir, GrepMode, GrepRequest, Scope, grep};
+use lcm::{Encoding, SessionId, TokenCounter};
+
+use corpus::Words;
+use sqlite::Baseline;
+
+const SESSIONS: u64 = 100;
+const BUILD_BATCH: u64 = 10_000;
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    data: DataDir,
+    sqlite: Mutex<Baseline>,
+    sessions: Vec<SessionId>,
+    words: Words,
+    n: u64,
+}
+
+fn corpus_size() -> u64 {
+    if let Ok(n) = std::env::var("LCM_BENCH_MESSAGES") {
+        return n.parse().expect("LCM_BENCH_MESSAGES must be a number");
+    }
+    if std::env::var("LCM_BENCH_QUICK").is_ok_and(|v| v != "0") {
+        100_000
+    } else {
+        1_000_000
+    }
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let n = corpus_size();
+        let tmp =
+            tempfile::tempdir_in(std::env::var("LCM_BENCH_DIR").unwrap_or_else(|_| ".".into()))
+                .expect("temp dir");
+        let dir = tmp.path().join("lcm");
+        let data = DataDir::open(&dir, &Config::default()).expect("open");
+        let mut sqlite = Baseline::open(&tmp.path().join("baseline.sqlite"), false);
+        let sessions: Vec<SessionId> = (0..SESSIONS)
+            .map(|i| {
+                data.store
+                    .create_session(&format!("bench-{i}"), None)
+                    .expect("session")
+            })
+            .collect();
+        let words = Words::new(20_000);
+
+        let (mut lcm_time, mut sqlite_time, mut bytes) = (Duration::ZERO, Duration::ZERO, 0u64);
+        let mut start = 0;
+        while start < n {
+            let end = (start + BUILD_BATCH).min(n);
+            let batch: Vec<NewMessage> = (start..end).map(|k| corpus::message(&words, k)).collect();
+            bytes += batch
+                .iter()
+                .map(|m| lcm::core::message::search_text(&m.parts).len() as u64)
+                .sum::<u64>();
+            let session = sessions[(start / BUILD_BATCH % SESSIONS) as usize];
+            let t = Instant::now();
+            sqlite.insert(session.0 as i64, start as i64, &batch);
+            sqlite_time += t.elapsed();
+            let t = Instant::now();
+            data.store.append_batch(session, batch).expect("append");
+            lcm_time += t.elapsed();
+            start = end;
+        }
+        let t = Instant::now();
+        data.index.catch_up(&data.store, |_, _| {}).expect("index");
+        let index_time = t.elapsed();
+        let rate = |d: Duration| n as f64 / d.as_secs_f64();
+        eprintln!(
+            "corpus: {n} messages, {:.1} MB of text, {} cores",
+            bytes as f64 / 1e6,
+            std::thread::available_parallelism().map_or(1, |c| c.get())
+        );
+        eprintln!(
+            "build  lcm append (durable, batches of {BUILD_BATCH}): {:>10.0} msg/s",
+            rate(lcm_time)
+        );
+        eprintln!(
+            "build  lcm index catch-up:                     {:>10.0} msg/s",
+            rate(index_time)
+        );
+        eprintln!(
+            "build  lcm append + index:                     {:>10.0} msg/s",
+            rate(lcm_time + index_time)
+        );
+        eprintln!(
+            "build  sqlite insert + fts5 (same batches):    {:>10.0} msg/s",
+            rate(sqlite_time)
+        );
+        let size = |p: &std::path::Path| -> u64 { walk_size(p) };
+        eprintln!(
+            "disk   lcm store {:.1} MB + index {:.1} MB; sqlite {:.1} MB (with wal)",
+            size(&dir.join("lcm.redb")) as f64 / 1e6,
+            size(&dir.join("index")) as f64 / 1e6,
+            (size(&tmp.path().join("baseline.sqlite"))
+                + size(&tmp.path().join("baseline.sqlite-wal"))) as f64
+                / 1e6
+        );
+        Fixture {
+            _tmp: tmp,
+            dir,
+            data,
+            sqlite: Mutex::new(sqlite),
+            sessions,
+            words,
+            n,
+        }
+    })
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir").flatten() {
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != ".tantivy-writer.lock" {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+fn walk_size(p: &std::path::Path) -> u64 {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => m.len(),
+        Ok(m) if m.is_dir() => std::fs::read_dir(p)
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| walk_size(&e.path())).sum())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn ingest(c: &mut Criterion) {
+    let f = fixture();
+    let mut group = c.benchmark_group("ingest");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5));
+    let mut next = f.n;
+    group.throughput(Throughput::Elements(1_000));
+    group.bench_function("lcm/append_batch_1000", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let batch: Vec<NewMessage> = (next..next + 1_000)
+                    .map(|k| corpus::message(&f.words, k))
+                    .collect();
+                next += 1_000;
+                let t = Instant::now();
+                f.data
+                    .store
+                    .append_batch(f.sessions[0], batch)
+                    .expect("append");
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    let mut sq_next = f.n;
+    group.bench_function("sqlite/insert_batch_1000", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut sqlite = f.sqlite.lock().expect("sqlite");
+            for _ in 0..iters {
+                let batch: Vec<NewMessage> = (sq_next..sq_next + 1_000)
+                    .map(|k| corpus::message(&f.words, k))
+                    .collect();
+                let t = Instant::now();
+                sqlite.insert(0, sq_next as i64, &batch);
+                total += t.elapsed();
+                sq_next += 1_000;
+            }
+            total
+        })
+    });
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("lcm/append_single_durable", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let m = corpus::message(&f.words, next);
+                next += 1;
+                let t = Instant::now();
+                f.data.store.append(f.sessions[1], m).expect("append");
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    for (name, durable) in [
+        ("sqlite_normal/insert_single", false),
+        ("sqlite_full/insert_single", true),
+    ] {
+        let tmp = tempfile::tempdir_in(&f.dir).expect("tmp");
+        let mut single = Baseline::open(&tmp.path().join("single.sqlite"), durable);
+        let mut k = 0u64;
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let m = [corpus::message(&f.words, k)];
+                    let t = Instant::now();
+                    single.insert(0, k as i64, &m);
+                    total += t.elapsed();
+                    k += 1;
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+fn tokens(c: &mut Criterion) {
+    let f = fixture();
+    let mut text = String::new();
+    let mut k = 0;
+    while text.len() < 1 << 20 {
+        text.push_str(&lcm::core::message::search_text(
+            &corpus::message(&f.words, k).parts,
+        ));
+        text.push('\n');
+        k += 1;
+    }
+    let mut group = c.benchmark_group("tokens");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+        let counter = TokenCounter::new(encoding);
+        group.bench_function(format!("count_1MiB/{}", encoding.as_str()), |b| {
+            b.iter(|| counter.count_text(std::hint::black_box(&text)))
+        });
+    }
+    group.finish();
+}
+
+fn import(c: &mut Criterion) {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/transcripts/claude-code");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!("SKIPPED import benchmark: {} is absent", dir.display());
+        return;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "jsonl")
+                && p.file_stem().is_some_and(|s| s.len() == 36)
+        })
+        .collect();
+    files.sort();
+    let bytes: u64 = files.iter().map(|p| walk_size(p)).sum();
+    let mut group = c.benchmark_group("import");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
+    group.throughput(Throughput::Bytes(bytes));
+    group.bench_function("lcm/claude_code_4_sessions", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let tmp = tempfile::tempdir().expect("tmp");
+                let data = DataDir::open(tmp.path(), &Config::default()).expect("open");
+                let t = Instant::now();
+                for file in &files {
+                    import_file(&data.store, file, &ImportOptions::default(), |_, _| {})
+                        .expect("import");
+                }
+                data.index.catch_up(&data.store, |_, _| {}).expect("index");
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    group.bench_function("sqlite/claude_code_4_sessions", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let tmp = tempfile::tempdir().expect("tmp");
+                let mut sqlite = Baseline::open(&tmp.path().join("b.sqlite"), false);
+                let t = Instant::now();
+                for (conv, file) in files.iter().enumerate() {
+                    // The same parser feeds both stores: the difference is storage and indexing.
+                    let text = std::fs::read(file).expect("read");
+                    let mut messages = Vec::new();
+                    for (i, line) in text.split(|b| *b == b'\n').enumerate() {
+                        if line.is_empty() {
+                            continue;
+                        }
+                        let ctx = lcm::core::formats::LineContext {
+                            line: i as u64 + 1,
+                            default_session_key: "x",
+                        };
+                        if let Ok(lcm::core::formats::LineOutcome::Messages(ms)) =
+                            lcm::core::formats::parse_line(
+                                lcm::core::formats::Format::ClaudeCode,
+                                line,
+                                &ctx,
+                            )
+                        {
+                            messages.extend(ms.into_iter().map(|m| m.message));
+                        }
+                    }
+                    sqlite.insert(conv as i64, 0, &messages);
+                }
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+fn search(c: &mut Criterion) {
+    let f = fixture();
+    let config = lcm::core::config::SearchConfig::default();
+    let request = |pattern: &str, mode| GrepRequest {
+        pattern: pattern.to_owned(),
+        mode,
+        scope: Scope::default(),
+        limit: Some(20),
+        cursor: None,
+    };
+    let cases = [
+        ("regex_rare_literal", r"ERR_12\d\d", GrepMode::Regex),
+        (
+            "regex_no_literal_full_scan",
+            r"[A-Z]{3}_\d{5}",
+            GrepMode::Regex,
+        ),
+        ("full_text_two_words", "timeout module", GrepMode::FullText),
+    ];
+    let mut group = c.benchmark_group("grep");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5));
+    for (name, pattern, mode) in cases {
+        let page = grep(
+            &f.data.store,
+            &f.data.index,
+            &config,
+            &request(pattern, mode),
+        )
+        .expect("grep");
+        eprintln!(
+            "grep {name}: {} hits on the first page ({:?}, {} examined)",
+            page.hits.len(),
+            page.strategy,
+            page.messages_examined
+        );
+        group.bench_function(format!("lcm/{name}"), |b| {
+            b.iter(|| {
+                grep(
+                    &f.data.store,
+                    &f.data.index,
+                    &config,
+                    &request(pattern, mode),
+                )
+                .expect("grep")
+            })
+        });
+        let sqlite = f.sqlite.lock().expect("sqlite");
+        let baseline_hits = match mode {
+            GrepMode::Regex => sqlite.regex(pattern, 20).len(),
+            GrepMode::FullText => sqlite.full_text(pattern, 20).len(),
+        };
+        eprintln!("grep {name}: sqlite {baseline_hits} hits");
+        group.bench_function(format!("sqlite/{name}"), |b| {
+            b.iter(|| match mode {
+                GrepMode::Regex => sqlite.regex(pattern, 20),
+                GrepMode::FullText => sqlite.full_text(pattern, 20),
+            })
+        });
+    }
+    group.finish();
+}
+
+fn open(c: &mut Criterion) {
+    let f = fixture();
+    let mut group = c.benchmark_group("open");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
+    // redb allows one open handle per file in a process: open a copy of the data directory.
+    let copy = f.dir.with_extension("copy");
+    copy_dir(&f.dir, &copy);
+    group.bench_function("lcm/open_store_and_index_then_grep", |b| {
+        b.iter(|| {
+            let data = DataDir::open(&copy, &Config::default()).expect("open");
+            let page = grep(
+                &data.store,
+                &data.index,
+                &Config::default().search,
+                &GrepRequest {
+                    pattern: "ERR_12".into(),
+                    mode: GrepMode::Regex,
+                    scope: Scope::default(),
+                    limit: Some(1),
+                    cursor: None,
+                },
+            )
+            .expect("grep");
+            std::hint::black_box(page);
+        })
+    });
+    let sqlite_path = f.dir.parent().expect("parent").join("baseline.sqlite");
+    group.bench_function("sqlite/open_then_query", |b| {
+        b.iter(|| {
+            let baseline = Baseline::open(&sqlite_path, false);
+            std::hint::black_box(baseline.count());
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, ingest, tokens, import, search, open);
+criterion_main!(benches);

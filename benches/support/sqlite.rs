@@ -1,0 +1,119 @@
+//! The baseline other LCM implementations use: SQLite in WAL mode with synchronous=NORMAL, one
+//! messages table and an FTS5 table (porter unicode61) holding a second copy of the text, as in
+//! lossless-claw. Regex search is a scan with a REGEXP function backed by Rust's regex crate
+//! (lossless-claw scans rows in its regex mode too).
+
+use std::path::Path;
+
+use lcm::core::message::NewMessage;
+use rusqlite::functions::FunctionFlags;
+use rusqlite::{Connection, params};
+
+pub struct Baseline {
+    pub conn: Connection,
+}
+
+impl Baseline {
+    pub fn open(path: &Path, durable: bool) -> Baseline {
+        let conn = Connection::open(path).expect("open sqlite");
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .expect("wal");
+        conn.pragma_update(None, "synchronous", if durable { "FULL" } else { "NORMAL" })
+            .expect("synchronous");
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS messages (
+                 id INTEGER PRIMARY KEY,
+                 conversation_id INTEGER NOT NULL,
+                 seq INTEGER NOT NULL,
+                 role TEXT NOT NULL,
+                 content TEXT NOT NULL,
+                 token_count INTEGER NOT NULL,
+                 created_at INTEGER NOT NULL);
+             CREATE INDEX IF NOT EXISTS messages_conv_seq ON messages(conversation_id, seq);
+             CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+                 content, content_rowid UNINDEXED, tokenize='porter unicode61');",
+        )
+        .expect("schema");
+        conn.create_scalar_function(
+            "regexp",
+            2,
+            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+            |ctx| {
+                let re: std::sync::Arc<regex::Regex> = ctx.get_or_create_aux(0, |vr| {
+                    regex::Regex::new(vr.as_str()?)
+                        .map_err(|e| rusqlite::Error::UserFunctionError(e.into()))
+                })?;
+                let text = ctx.get_raw(1).as_str().unwrap_or("");
+                Ok(re.is_match(text))
+            },
+        )
+        .expect("regexp function");
+        Baseline { conn }
+    }
+
+    /// Inserts messages in one transaction (text + FTS row), as lossless-claw does per turn.
+    /// Token counts use the 4-characters-a-token heuristic those implementations use.
+    pub fn insert(&mut self, conversation: i64, first_seq: i64, messages: &[NewMessage]) {
+        let tx = self.conn.transaction().expect("tx");
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO messages (conversation_id, seq, role, content, token_count, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .expect("prepare");
+            let mut fts = tx
+                .prepare_cached("INSERT INTO messages_fts (rowid, content) VALUES (?1, ?2)")
+                .expect("prepare fts");
+            for (i, m) in messages.iter().enumerate() {
+                let content = lcm::core::message::search_text(&m.parts);
+                insert
+                    .execute(params![
+                        conversation,
+                        first_seq + i as i64,
+                        m.role.as_str(),
+                        content.as_ref(),
+                        (content.len() / 4) as i64,
+                        m.created_at.0
+                    ])
+                    .expect("insert");
+                let id = tx.last_insert_rowid();
+                fts.execute(params![id, content.as_ref()])
+                    .expect("insert fts");
+            }
+        }
+        tx.commit().expect("commit");
+    }
+
+    /// First page (oldest first) of messages matching a regex: a scan.
+    pub fn regex(&self, pattern: &str, limit: usize) -> Vec<i64> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id FROM messages WHERE content REGEXP ?1 ORDER BY id LIMIT ?2")
+            .expect("prepare");
+        stmt.query_map(params![pattern, limit as i64], |r| r.get(0))
+            .expect("query")
+            .map(|r| r.expect("row"))
+            .collect()
+    }
+
+    /// Best `limit` messages by BM25.
+    pub fn full_text(&self, query: &str, limit: usize) -> Vec<i64> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2",
+            )
+            .expect("prepare");
+        stmt.query_map(params![query, limit as i64], |r| r.get(0))
+            .expect("query")
+            .map(|r| r.expect("row"))
+            .collect()
+    }
+
+    pub fn count(&self) -> i64 {
+        self.conn
+            .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
+            .expect("count")
+    }
+}

@@ -1,0 +1,357 @@
+//! The commands that work on a data directory.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use lcm_core::formats::Format;
+use lcm_core::ids::{AnyId, SessionId};
+use lcm_core::message::{Part, Role};
+use lcm_core::time::Timestamp;
+use lcm_store::import::{ImportOptions, ImportReport, import_file};
+use lcm_store::{DataDir, GrepMode, GrepRequest, Scope};
+
+use crate::output::{bytes_bar, count_bar, print_json, thousands};
+use crate::{App, Mode};
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Files to import.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// The format (claude-code, openai, lcm); detected from the first entry when absent.
+    #[arg(long, value_parser = parse_format)]
+    pub format: Option<Format>,
+    /// Put every message into this session instead of the one the transcript names.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Abort before writing anything if any line cannot be parsed.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    Format::parse(s)
+        .ok_or_else(|| format!("unknown format `{s}`: expected claude-code, openai or lcm"))
+}
+
+pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
+    let data = app.open()?;
+    let options = ImportOptions {
+        format: args.format,
+        session_key: args.session.clone(),
+        strict: args.strict,
+        batch_size: app.config.import.batch_size,
+    };
+    let mut reports = Vec::new();
+    for path in &args.paths {
+        let size = std::fs::metadata(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .len();
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let bar = bytes_bar(app.quiet, &name, size);
+        let report = import_file(&data.store, path, &options, |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        });
+        bar.finish_and_clear();
+        let report = report?;
+        if !app.json {
+            print_import_report(&report);
+        }
+        reports.push(report);
+    }
+    let indexed = catch_up_index(app, &data)?;
+    if app.json {
+        print_json(&serde_json::json!({ "imports": reports, "indexed": indexed }))?;
+    } else if indexed > 0 {
+        println!("indexed {} new messages", thousands(indexed));
+    }
+    Ok(())
+}
+
+fn print_import_report(r: &ImportReport) {
+    println!(
+        "{}: {} new messages, {} already present, {} lines ({})",
+        r.path.display(),
+        thousands(r.imported),
+        thousands(r.already_present),
+        thousands(r.lines),
+        r.format.map_or("?", Format::as_str),
+    );
+    for s in &r.sessions {
+        println!(
+            "  {} {}: {} new, {} already present",
+            s.id, s.key, s.imported, s.already_present
+        );
+    }
+    for (reason, count) in &r.skipped {
+        println!("  skipped {count}: {reason}");
+    }
+    if r.error_count > 0 {
+        println!("  {} lines could not be read:", r.error_count);
+        for e in &r.errors {
+            println!("    {e}");
+        }
+        if r.error_count as usize > r.errors.len() {
+            println!("    … and {} more", r.error_count as usize - r.errors.len());
+        }
+    }
+}
+
+/// Brings the index up to date with the store, with a progress bar.
+pub fn catch_up_index(app: &App, data: &DataDir) -> Result<u64> {
+    let pending = data.store.next_message_id()?.0 - data.index.watermark().0;
+    if pending == 0 {
+        return Ok(0);
+    }
+    let bar = count_bar(app.quiet, "indexing", pending);
+    let indexed = data.index.catch_up(&data.store, |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    Ok(indexed?)
+}
+
+#[derive(Debug, Args)]
+pub struct GrepArgs {
+    /// A regex (Rust syntax) or, with --mode full-text, words to rank by.
+    pub pattern: String,
+    #[arg(long, value_enum, default_value = "regex")]
+    pub mode: Mode,
+    /// Only this session (`ses_N` or its key).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only these roles (repeatable): system, user, assistant, tool.
+    #[arg(long = "role", value_parser = parse_role)]
+    pub roles: Vec<Role>,
+    /// Only messages created at or after this time (RFC 3339 or YYYY-MM-DD).
+    #[arg(long, value_parser = parse_time)]
+    pub since: Option<Timestamp>,
+    /// Only messages created before this time.
+    #[arg(long, value_parser = parse_time)]
+    pub before: Option<Timestamp>,
+    /// Hits per page.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Continue from a previous page's cursor.
+    #[arg(long)]
+    pub cursor: Option<String>,
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    Role::parse(s)
+        .ok_or_else(|| format!("unknown role `{s}`: expected system, user, assistant or tool"))
+}
+
+fn parse_time(s: &str) -> Result<Timestamp, String> {
+    Timestamp::parse(s).map_err(|e| e.to_string())
+}
+
+/// A session given as `ses_N` or as its key.
+fn resolve_session(data: &DataDir, given: &str) -> Result<SessionId> {
+    if let Ok(id) = given.parse::<SessionId>() {
+        data.store.session(id)?;
+        return Ok(id);
+    }
+    data.store.session_id_for_key(given)?.with_context(|| {
+        format!("no session `{given}` (give ses_N or a session key; see `lcm sessions`)")
+    })
+}
+
+pub fn grep(app: &App, args: &GrepArgs) -> Result<()> {
+    let data = app.open()?;
+    let session = args
+        .session
+        .as_deref()
+        .map(|s| resolve_session(&data, s))
+        .transpose()?;
+    let request = GrepRequest {
+        pattern: args.pattern.clone(),
+        mode: match args.mode {
+            Mode::Regex => GrepMode::Regex,
+            Mode::FullText => GrepMode::FullText,
+        },
+        scope: Scope {
+            session,
+            roles: args.roles.clone(),
+            since: args.since,
+            before: args.before,
+        },
+        limit: args.limit,
+        cursor: args.cursor.clone(),
+    };
+    let page = lcm_store::grep(&data.store, &data.index, &app.config.search, &request)?;
+    if app.json {
+        return print_json(&page);
+    }
+    if page.hits.is_empty() {
+        println!("no matches");
+    }
+    for hit in &page.hits {
+        println!(
+            "{} {} #{} {} {}",
+            hit.message, hit.session, hit.seq, hit.role, hit.created_at
+        );
+        println!("    {}", hit.snippet);
+    }
+    if let Some(cursor) = &page.next_cursor {
+        println!("more: --cursor {cursor}");
+    }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// `msg_N` or `ses_N`.
+    pub id: String,
+    /// For a message: print the original payload byte for byte instead.
+    #[arg(long)]
+    pub original: bool,
+}
+
+pub fn show(app: &App, args: &ShowArgs) -> Result<()> {
+    let id: AnyId = args.id.parse()?;
+    let data = app.open()?;
+    match id {
+        AnyId::Message(id) => {
+            if args.original {
+                use std::io::Write;
+                let original = data.store.original(id)?;
+                let mut out = std::io::stdout().lock();
+                out.write_all(&original.bytes)?;
+                out.write_all(b"\n")?;
+                return Ok(());
+            }
+            let m = data.store.message(id)?;
+            if app.json {
+                return print_json(&m);
+            }
+            println!(
+                "{} in {} #{}: {} at {}, {} tokens, from {}",
+                m.id,
+                m.session,
+                m.seq,
+                m.role,
+                m.created_at,
+                m.token_count,
+                m.source.as_str()
+            );
+            for part in &m.parts {
+                print_part(part);
+            }
+            Ok(())
+        }
+        AnyId::Session(id) => {
+            let s = data.store.session(id)?;
+            if app.json {
+                return print_json(&s);
+            }
+            println!("{} `{}`", s.id, s.key);
+            println!("  created      {}", s.created_at);
+            if let Some(parent) = s.parent {
+                println!("  parent       {parent}");
+            }
+            println!("  messages     {}", thousands(s.message_count));
+            println!("  tokens       {}", thousands(s.token_total));
+            if let (Some(first), Some(last)) = (s.first_message_at, s.last_message_at) {
+                println!("  time range   {first} .. {last}");
+            }
+            Ok(())
+        }
+        other => bail!("{other}: only messages (msg_N) and sessions (ses_N) are stored so far"),
+    }
+}
+
+fn print_part(part: &Part) {
+    match part {
+        Part::Text { text } => println!("[text]\n{text}"),
+        Part::Reasoning { text } => println!("[reasoning]\n{text}"),
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+        } => println!("[tool call {id}] {name} {arguments}"),
+        Part::ToolResult {
+            call_id,
+            content,
+            is_error,
+        } => println!(
+            "[tool result {call_id}{}]\n{content}",
+            if *is_error { ", error" } else { "" }
+        ),
+        Part::File { path, mime_type } => {
+            println!("[file] {path} {}", mime_type.as_deref().unwrap_or(""))
+        }
+        Part::Binary {
+            media_type,
+            byte_len,
+        } => println!("[binary] {media_type}, {byte_len} bytes"),
+        Part::Opaque { kind, json } => println!("[{kind}] {json}"),
+    }
+}
+
+pub fn sessions(app: &App) -> Result<()> {
+    let data = app.open()?;
+    let sessions = data.store.sessions()?;
+    if app.json {
+        return print_json(&sessions);
+    }
+    if sessions.is_empty() {
+        println!("no sessions (import a transcript: lcm import FILE)");
+    }
+    for s in &sessions {
+        println!(
+            "{:<8} {:>8} msgs {:>10} tokens  {}",
+            s.id.to_string(),
+            thousands(s.message_count),
+            thousands(s.token_total),
+            s.key
+        );
+    }
+    Ok(())
+}
+
+pub fn stats(app: &App) -> Result<()> {
+    let data = app.open()?;
+    let stats = data.store.stats()?;
+    let docs = data.index.num_docs();
+    if app.json {
+        return print_json(
+            &serde_json::json!({ "store": stats, "index_documents": docs, "data_dir": data.path }),
+        );
+    }
+    println!("data dir      {}", data.path.display());
+    println!("sessions      {}", thousands(stats.sessions));
+    println!("messages      {}", thousands(stats.messages));
+    println!("tokens        {}", thousands(stats.tokens));
+    println!(
+        "indexed       {} (watermark {})",
+        thousands(docs),
+        stats.index_watermark
+    );
+    if let Some(bytes) = stats.file_bytes {
+        println!("store file    {:.1} MiB", bytes as f64 / (1024.0 * 1024.0));
+    }
+    Ok(())
+}
+
+pub fn reindex(app: &App) -> Result<()> {
+    let data = app.open()?;
+    let total = data.store.next_message_id()?.0;
+    let bar = count_bar(app.quiet, "reindexing", total);
+    let indexed = data.index.rebuild(&data.store, |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let indexed = indexed?;
+    if app.json {
+        return print_json(&serde_json::json!({ "indexed": indexed }));
+    }
+    println!("reindexed {} messages", thousands(indexed));
+    Ok(())
+}

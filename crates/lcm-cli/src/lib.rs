@@ -1,0 +1,148 @@
+//! # lcm-cli
+//!
+//! The `lcm` command line. Every command opens a data directory (the store and its index),
+//! does one thing, and prints either a human-readable report or, with `--json`, one JSON value
+//! for scripts. Errors go to stderr with a non-zero exit code.
+
+mod commands;
+mod demo;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use lcm_core::config::Config;
+
+/// Lossless Context Management: unbounded, lossless memory for LLM agents.
+#[derive(Debug, Parser)]
+#[command(name = "lcm", version, about, long_about = None)]
+pub struct Cli {
+    /// Data directory (store and index). Default: the platform data directory + `lcm`.
+    #[arg(long, global = true, env = "LCM_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Configuration file (TOML; see config/default.toml). Default: <data-dir>/config.toml if it
+    /// exists, else built-in defaults.
+    #[arg(long, global = true, env = "LCM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print one JSON value instead of a human-readable report.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// No progress bars.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Import transcripts (Claude Code JSONL, OpenAI messages JSON/JSONL, lcm JSONL).
+    Import(commands::ImportArgs),
+    /// Search every stored message: regex (exact, complete) or full text (ranked).
+    Grep(commands::GrepArgs),
+    /// Show a message (`msg_N`) or a session (`ses_N`).
+    Show(commands::ShowArgs),
+    /// List sessions with message counts and token totals.
+    Sessions,
+    /// Totals over the store and the index.
+    Stats,
+    /// Rebuild the search index from the store.
+    Reindex,
+    /// Import the example transcript shipped with lcm into a fresh data directory and grep it.
+    Demo(demo::DemoArgs),
+}
+
+/// Output format of `--format`-style choices shared by commands.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Mode {
+    Regex,
+    FullText,
+}
+
+/// Runs the CLI with the process arguments; the process exit code.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match execute(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LCM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs one parsed command.
+pub fn execute(cli: Cli) -> Result<()> {
+    let ctx = App::new(&cli)?;
+    match &cli.command {
+        Command::Import(args) => commands::import(&ctx, args),
+        Command::Grep(args) => commands::grep(&ctx, args),
+        Command::Show(args) => commands::show(&ctx, args),
+        Command::Sessions => commands::sessions(&ctx),
+        Command::Stats => commands::stats(&ctx),
+        Command::Reindex => commands::reindex(&ctx),
+        Command::Demo(args) => demo::run(&ctx, args),
+    }
+}
+
+/// What every command needs: where the data is, the configuration, how to print.
+pub(crate) struct App {
+    pub data_dir: PathBuf,
+    pub config: Config,
+    pub json: bool,
+    pub quiet: bool,
+}
+
+impl App {
+    fn new(cli: &Cli) -> Result<Self> {
+        let data_dir = match &cli.data_dir {
+            Some(dir) => dir.clone(),
+            None => default_data_dir()?,
+        };
+        let config_path = cli.config.clone().or_else(|| {
+            let candidate = data_dir.join("config.toml");
+            candidate.exists().then_some(candidate)
+        });
+        let config = match config_path {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("cannot read configuration {}", path.display()))?;
+                Config::from_toml(&text).with_context(|| format!("in {}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        let data_dir = match (&cli.data_dir, &config.storage.data_dir) {
+            (None, Some(configured)) => configured.clone(),
+            _ => data_dir,
+        };
+        Ok(App {
+            data_dir,
+            config,
+            json: cli.json,
+            quiet: cli.quiet || cli.json,
+        })
+    }
+
+    pub fn open(&self) -> Result<lcm_store::DataDir> {
+        lcm_store::DataDir::open(&self.data_dir, &self.config)
+            .with_context(|| format!("cannot open the data directory {}", self.data_dir.display()))
+    }
+}
+
+fn default_data_dir() -> Result<PathBuf> {
+    dirs::data_dir()
+        .map(|d| d.join("lcm"))
+        .context("no platform data directory; pass --data-dir or set LCM_DATA_DIR")
+}

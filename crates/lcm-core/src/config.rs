@@ -1,0 +1,211 @@
+//! Configuration: every option lcm reads, with its default.
+//!
+//! `config/default.toml` at the repository root documents each option; a test checks that it
+//! parses to exactly [`Config::default()`]. Unknown keys are an error, so a typo never silently
+//! falls back to a default.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::tokens::Encoding;
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid configuration: {0}")]
+    Parse(#[from] toml::de::Error),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub storage: StorageConfig,
+    pub tokenizer: TokenizerConfig,
+    pub search: SearchConfig,
+    pub import: ImportConfig,
+}
+
+impl Config {
+    /// Parses TOML text; missing options take their defaults.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.search;
+        if s.default_limit == 0 || s.default_limit > s.max_limit {
+            return Err(ConfigError::Invalid(format!(
+                "search.default_limit must be between 1 and search.max_limit ({}), got {}",
+                s.max_limit, s.default_limit
+            )));
+        }
+        if s.snippet_chars < 20 {
+            return Err(ConfigError::Invalid(format!(
+                "search.snippet_chars must be at least 20, got {}",
+                s.snippet_chars
+            )));
+        }
+        if !(0.0..0.5).contains(&self.tokenizer.safety_margin) {
+            return Err(ConfigError::Invalid(format!(
+                "tokenizer.safety_margin must be in [0, 0.5), got {}",
+                self.tokenizer.safety_margin
+            )));
+        }
+        if self.import.batch_size == 0 || s.index_batch == 0 {
+            return Err(ConfigError::Invalid(
+                "import.batch_size and search.index_batch must be at least 1".into(),
+            ));
+        }
+        if s.index_writer_memory_mb < 15 {
+            return Err(ConfigError::Invalid(format!(
+                "search.index_writer_memory_mb must be at least 15 (tantivy's minimum), got {}",
+                s.index_writer_memory_mb
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Where data lives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// The data directory (the redb file and the index). `None`: the platform's data directory
+    /// plus `lcm`, unless `--data-dir` or `LCM_DATA_DIR` says otherwise.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// How tokens are counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenizerConfig {
+    /// The model whose tokenizer counts; matched against `model_families` by longest prefix.
+    pub model: String,
+    /// The encoding used when `model` matches no family.
+    pub default_encoding: Encoding,
+    /// Model-name prefix -> encoding.
+    pub model_families: BTreeMap<String, Encoding>,
+    /// Fraction of the budget kept free when assembling, for models whose tokenizer is not public
+    /// (counts are then close, not exact).
+    pub safety_margin: f64,
+}
+
+impl Default for TokenizerConfig {
+    fn default() -> Self {
+        let families = [
+            ("gpt-4o", Encoding::O200kBase),
+            ("gpt-4.1", Encoding::O200kBase),
+            ("gpt-5", Encoding::O200kBase),
+            ("o1", Encoding::O200kBase),
+            ("o3", Encoding::O200kBase),
+            ("o4", Encoding::O200kBase),
+            ("gpt-4", Encoding::Cl100kBase),
+            ("gpt-3.5", Encoding::Cl100kBase),
+            ("text-embedding-3", Encoding::Cl100kBase),
+            ("claude", Encoding::O200kBase),
+        ];
+        TokenizerConfig {
+            model: String::new(),
+            default_encoding: Encoding::O200kBase,
+            model_families: families
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+            safety_margin: 0.05,
+        }
+    }
+}
+
+impl TokenizerConfig {
+    /// The encoding for `model`: the family with the longest matching prefix, else the default.
+    pub fn encoding_for(&self, model: &str) -> Encoding {
+        self.model_families
+            .iter()
+            .filter(|(prefix, _)| model.starts_with(prefix.as_str()))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map_or(self.default_encoding, |(_, encoding)| *encoding)
+    }
+
+    /// The encoding for the configured `model`.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding_for(&self.model)
+    }
+}
+
+/// Search and the derived index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchConfig {
+    /// Characters of context around a match in a snippet (total, both sides).
+    pub snippet_chars: usize,
+    /// Hits per page when the caller gives no limit.
+    pub default_limit: usize,
+    /// Largest page a caller may ask for.
+    pub max_limit: usize,
+    /// Messages per index commit when the index catches up with the store.
+    pub index_batch: usize,
+    /// Memory for the index writer, in MiB (tantivy's minimum is 15).
+    pub index_writer_memory_mb: usize,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig {
+            snippet_chars: 200,
+            default_limit: 20,
+            max_limit: 200,
+            index_batch: 50_000,
+            index_writer_memory_mb: 128,
+        }
+    }
+}
+
+/// Transcript import.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImportConfig {
+    /// Messages per store transaction.
+    pub batch_size: usize,
+}
+
+impl Default for ImportConfig {
+    fn default() -> Self {
+        ImportConfig { batch_size: 5_000 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_text_gives_defaults() {
+        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected() {
+        let err = Config::from_toml("[search]\nsnipet_chars = 10\n").unwrap_err();
+        assert!(err.to_string().contains("snipet_chars"), "{err}");
+        let err = Config::from_toml("[search]\ndefault_limit = 500\n").unwrap_err();
+        assert!(err.to_string().contains("default_limit"), "{err}");
+        let err = Config::from_toml("[tokenizer]\ndefault_encoding = \"gpt2\"\n").unwrap_err();
+        assert!(err.to_string().contains("gpt2"), "{err}");
+    }
+
+    #[test]
+    fn model_families_match_by_longest_prefix() {
+        let t = TokenizerConfig::default();
+        assert_eq!(t.encoding_for("gpt-4o-mini"), Encoding::O200kBase);
+        assert_eq!(t.encoding_for("gpt-4-turbo"), Encoding::Cl100kBase);
+        assert_eq!(t.encoding_for("llama-3"), Encoding::O200kBase);
+    }
+}

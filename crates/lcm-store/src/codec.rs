@@ -1,0 +1,97 @@
+//! The on-disk encoding of records, chosen in this one place.
+//!
+//! Every value is one byte of record schema version followed by the record in bincode 2's
+//! standard configuration (varint integers, little endian). The version byte lets a later lcm
+//! migrate old records or refuse records from a newer one with a clear error. (bincode is marked
+//! unmaintained by an advisory; the format is simple and frozen, and this module is the only place
+//! that would change if it were replaced.)
+
+use bincode::config::{Configuration, standard};
+
+use crate::error::{Result, StoreError};
+
+/// The record schema this build writes and the newest it reads.
+pub const SCHEMA_VERSION: u8 = 1;
+
+const CONFIG: Configuration = standard();
+
+/// Encodes a record with the current schema version.
+pub fn encode<T: bincode::Encode>(record: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.push(SCHEMA_VERSION);
+    // Encoding into a Vec cannot fail for our derived types (no I/O, no size limit).
+    if let Err(e) = bincode::encode_into_std_write(record, &mut out, CONFIG) {
+        unreachable!("encoding a record into memory failed: {e}");
+    }
+    out
+}
+
+/// Decodes a record written by [`encode`].
+pub fn decode<T: bincode::Decode<()>>(table: &'static str, bytes: &[u8]) -> Result<T> {
+    let Some((&version, body)) = bytes.split_first() else {
+        return Err(StoreError::Corrupt {
+            table,
+            detail: "empty record".into(),
+        });
+    };
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            found: u32::from(version),
+            supported: u32::from(SCHEMA_VERSION),
+        });
+    }
+    let (record, used) =
+        bincode::decode_from_slice(body, CONFIG).map_err(|e| StoreError::Corrupt {
+            table,
+            detail: e.to_string(),
+        })?;
+    if used != body.len() {
+        return Err(StoreError::Corrupt {
+            table,
+            detail: format!("{} trailing bytes", body.len() - used),
+        });
+    }
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lcm_core::message::{Part, Role};
+
+    #[derive(Debug, PartialEq, bincode::Encode, bincode::Decode)]
+    struct Sample {
+        role: Role,
+        parts: Vec<Part>,
+        n: u64,
+    }
+
+    #[test]
+    fn round_trips_and_rejects_newer_or_broken_records() {
+        let sample = Sample {
+            role: Role::Tool,
+            parts: vec![Part::Text {
+                text: "héllo".into(),
+            }],
+            n: 7,
+        };
+        let bytes = encode(&sample);
+        assert_eq!(bytes[0], SCHEMA_VERSION);
+        assert_eq!(decode::<Sample>("t", &bytes).unwrap(), sample);
+
+        let mut newer = bytes.clone();
+        newer[0] = SCHEMA_VERSION + 1;
+        assert!(matches!(
+            decode::<Sample>("t", &newer),
+            Err(StoreError::NewerSchema { .. })
+        ));
+        assert!(matches!(
+            decode::<Sample>("t", &bytes[..bytes.len() - 2]),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            decode::<Sample>("t", &[]),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+}

@@ -1,0 +1,71 @@
+//! The store's errors: one enum, each variant saying what was wrong and with what.
+
+use lcm_core::ids::{MessageId, SessionId};
+
+/// Everything that can go wrong in `lcm-store`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("no message {0} in the store")]
+    MessageNotFound(MessageId),
+    #[error("no session {0} in the store")]
+    SessionNotFound(SessionId),
+    #[error("no session with key `{0}` in the store")]
+    SessionKeyNotFound(String),
+    #[error("a session with key `{0}` already exists")]
+    SessionExists(String),
+    #[error("invalid message: {0}")]
+    InvalidMessage(String),
+    #[error("invalid search: {0}")]
+    InvalidQuery(String),
+    #[error("invalid cursor: {0}")]
+    InvalidCursor(String),
+    #[error(
+        "the database was written by a newer lcm (record schema {found}, this build reads up to {supported}): upgrade lcm"
+    )]
+    NewerSchema { found: u32, supported: u32 },
+    #[error("corrupt record in table `{table}`: {detail}")]
+    Corrupt { table: &'static str, detail: String },
+    #[error("database error: {0}")]
+    Database(#[from] redb::Error),
+    #[error("search index error: {0}")]
+    Index(#[from] tantivy::TantivyError),
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+macro_rules! via_redb_error {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for StoreError {
+            fn from(e: $ty) -> Self {
+                StoreError::Database(e.into())
+            }
+        }
+    )*};
+}
+
+via_redb_error!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+impl From<tantivy::directory::error::OpenDirectoryError> for StoreError {
+    fn from(e: tantivy::directory::error::OpenDirectoryError) -> Self {
+        StoreError::Index(e.into())
+    }
+}
+
+impl From<tantivy::query::QueryParserError> for StoreError {
+    fn from(e: tantivy::query::QueryParserError) -> Self {
+        StoreError::InvalidQuery(e.to_string())
+    }
+}

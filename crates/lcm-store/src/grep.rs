@@ -1,0 +1,551 @@
+//! Grep over the whole history: regex (complete and exact) and full text (ranked).
+//!
+//! **Regex.** The pattern is planned into a trigram query ([`crate::trigram`]); the index returns
+//! the candidate messages in id order, and each candidate is verified with the real regex on the
+//! stored text, so every hit is real. A pattern with no usable literal has no trigram query and
+//! is answered by a scan of the store. Messages appended after the index's watermark are always
+//! scanned, so a message is findable the moment its append returns. Results come in id order
+//! (oldest first) and pages never repeat or skip a hit.
+//!
+//! **Full text.** Words are stemmed and lowercased; a message matches if it has any of them
+//! (`+word` requires a word, `-word` excludes it, `"a phrase"` matches a phrase) and hits are
+//! ranked by BM25, best first. Messages not yet indexed follow, unranked, when they contain any
+//! of the query's words.
+//!
+//! Both are scoped by session, roles and time range and paginated with an opaque cursor.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+
+use lcm_core::config::SearchConfig;
+use lcm_core::ids::{MessageId, SessionId};
+use lcm_core::message::{Message, Role};
+use lcm_core::time::Timestamp;
+use regex::Regex;
+use serde::Serialize;
+
+use crate::error::{Result, StoreError};
+use crate::index::SearchIndex;
+use crate::store::{Store, StoreReader};
+use crate::trigram;
+
+/// Longest pattern accepted.
+const MAX_PATTERN_LEN: usize = 4_096;
+/// Matches counted per message at most (the count is informative, not a promise).
+const MAX_COUNTED_MATCHES: usize = 1_000;
+
+/// How to interpret the pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrepMode {
+    Regex,
+    FullText,
+}
+
+/// Which messages a search looks at. Empty fields mean "no restriction".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub session: Option<SessionId>,
+    pub roles: Vec<Role>,
+    /// Messages created at or after this time.
+    pub since: Option<Timestamp>,
+    /// Messages created before this time.
+    pub before: Option<Timestamp>,
+}
+
+impl Scope {
+    fn admits(&self, m: &Message) -> bool {
+        self.session.is_none_or(|s| s == m.session)
+            && (self.roles.is_empty() || self.roles.contains(&m.role))
+            && self.since.is_none_or(|t| m.created_at >= t)
+            && self.before.is_none_or(|t| m.created_at < t)
+    }
+}
+
+/// A search request.
+#[derive(Debug, Clone)]
+pub struct GrepRequest {
+    pub pattern: String,
+    pub mode: GrepMode,
+    pub scope: Scope,
+    /// Hits per page (`None`: the configured default; capped at the configured maximum).
+    pub limit: Option<usize>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// One matching message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GrepHit {
+    pub message: MessageId,
+    pub session: SessionId,
+    pub seq: u64,
+    pub role: Role,
+    pub created_at: Timestamp,
+    /// Text around the first match, on one line, with `…` where it was cut.
+    pub snippet: String,
+    /// Matches in the message (regex; at most 1000 are counted), or matched words (full text).
+    pub matches: usize,
+    /// BM25 score (full text, indexed messages only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+}
+
+/// How a page was answered (for tools and benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Trigram candidates from the index, verified on the store.
+    TrigramIndex,
+    /// No usable literal: every message in scope was scanned.
+    Scan,
+    /// BM25 over the words index.
+    Ranked,
+}
+
+/// One page of hits.
+#[derive(Debug, Clone, Serialize)]
+pub struct GrepPage {
+    pub hits: Vec<GrepHit>,
+    /// Pass back to get the next page; `None` when there is none.
+    pub next_cursor: Option<String>,
+    pub strategy: Strategy,
+    /// Messages whose text was read to answer this page.
+    pub messages_examined: u64,
+}
+
+/// Runs a search. Bad patterns and foreign cursors are [`StoreError::InvalidQuery`] /
+/// [`StoreError::InvalidCursor`].
+pub fn grep(
+    store: &Store,
+    index: &SearchIndex,
+    config: &SearchConfig,
+    request: &GrepRequest,
+) -> Result<GrepPage> {
+    let limit = request.limit.unwrap_or(config.default_limit);
+    if limit == 0 || limit > config.max_limit {
+        return Err(StoreError::InvalidQuery(format!(
+            "limit must be between 1 and {}, got {limit}",
+            config.max_limit
+        )));
+    }
+    if request.pattern.is_empty() {
+        return Err(StoreError::InvalidQuery("the pattern is empty".into()));
+    }
+    if request.pattern.len() > MAX_PATTERN_LEN {
+        return Err(StoreError::InvalidQuery(format!(
+            "the pattern is {} bytes long; the limit is {MAX_PATTERN_LEN}",
+            request.pattern.len()
+        )));
+    }
+    let fingerprint = request_fingerprint(request);
+    let cursor = request
+        .cursor
+        .as_deref()
+        .map(|c| Cursor::decode(c, fingerprint))
+        .transpose()?;
+    match request.mode {
+        GrepMode::Regex => regex_grep(store, index, config, request, limit, cursor, fingerprint),
+        GrepMode::FullText => {
+            full_text_grep(store, index, config, request, limit, cursor, fingerprint)
+        }
+    }
+}
+
+fn regex_grep(
+    store: &Store,
+    index: &SearchIndex,
+    config: &SearchConfig,
+    request: &GrepRequest,
+    limit: usize,
+    cursor: Option<Cursor>,
+    fingerprint: u64,
+) -> Result<GrepPage> {
+    let regex = Regex::new(&request.pattern)
+        .map_err(|e| StoreError::InvalidQuery(format!("invalid regex: {e}")))?;
+    let plan = trigram::plan_pattern(&request.pattern)
+        .map_err(|e| StoreError::InvalidQuery(format!("invalid regex: {e}")))?;
+    let after = match cursor {
+        None => None,
+        Some(Cursor::After(id)) => Some(id),
+        Some(_) => return Err(StoreError::InvalidCursor("not a regex cursor".into())),
+    };
+    let scope = &request.scope;
+    let reader = store.reader()?;
+    let mut collector = HitCollector::new(&regex, config.snippet_chars, limit);
+
+    let end = store.next_message_id()?;
+    let strategy = if plan.is_all() {
+        scan(&reader, scope, after, MessageId(0)..end, &mut collector)?;
+        Strategy::Scan
+    } else {
+        let candidates = index.regex_candidates(&plan, scope, after)?;
+        for id in candidates {
+            if collector.full() {
+                break;
+            }
+            if let Some(m) = reader.try_message(id)? {
+                collector.offer(m, scope);
+            }
+        }
+        // Not yet indexed: scan.
+        if !collector.full() {
+            let tail = index.unindexed(end);
+            scan(&reader, scope, after, tail.start..tail.end, &mut collector)?;
+        }
+        Strategy::TrigramIndex
+    };
+    Ok(collector.into_page(strategy, fingerprint))
+}
+
+/// Offers every message of `ids` in scope and after `after` to the collector, in id order.
+fn scan(
+    reader: &StoreReader,
+    scope: &Scope,
+    after: Option<MessageId>,
+    ids: std::ops::Range<MessageId>,
+    collector: &mut HitCollector<'_>,
+) -> Result<()> {
+    let start = after.map_or(ids.start, |a| MessageId(a.0 + 1).max(ids.start));
+    if start >= ids.end || collector.full() {
+        return Ok(());
+    }
+    let visit = |m: Message| {
+        if m.id < start || m.id >= ids.end {
+            return ControlFlow::Continue(());
+        }
+        collector.offer(m, scope);
+        if collector.full() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    match scope.session {
+        // One session: walk its own ordered view (ids grow with seq within a session).
+        Some(session) => reader.for_each_in_session(session, 0..u64::MAX, visit),
+        None => reader.for_each_message(start..ids.end, visit),
+    }
+}
+
+struct HitCollector<'r> {
+    regex: &'r Regex,
+    snippet_chars: usize,
+    limit: usize,
+    hits: Vec<GrepHit>,
+    examined: u64,
+    last_hit: Option<MessageId>,
+}
+
+impl<'r> HitCollector<'r> {
+    fn new(regex: &'r Regex, snippet_chars: usize, limit: usize) -> Self {
+        HitCollector {
+            regex,
+            snippet_chars,
+            limit,
+            hits: Vec::new(),
+            examined: 0,
+            last_hit: None,
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.hits.len() >= self.limit
+    }
+
+    fn offer(&mut self, m: Message, scope: &Scope) {
+        if !scope.admits(&m) {
+            return;
+        }
+        self.examined += 1;
+        let text = m.search_text();
+        let Some(first) = self.regex.find(&text) else {
+            return;
+        };
+        let matches = self
+            .regex
+            .find_iter(&text)
+            .take(MAX_COUNTED_MATCHES)
+            .count();
+        let snippet = snippet(&text, first.start(), first.end(), self.snippet_chars);
+        self.last_hit = Some(m.id);
+        self.hits.push(GrepHit {
+            message: m.id,
+            session: m.session,
+            seq: m.seq,
+            role: m.role,
+            created_at: m.created_at,
+            snippet,
+            matches,
+            score: None,
+        });
+    }
+
+    fn into_page(self, strategy: Strategy, fingerprint: u64) -> GrepPage {
+        let next_cursor = match (self.full(), self.last_hit) {
+            (true, Some(last)) => Some(Cursor::After(last).encode(fingerprint)),
+            _ => None,
+        };
+        GrepPage {
+            hits: self.hits,
+            next_cursor,
+            strategy,
+            messages_examined: self.examined,
+        }
+    }
+}
+
+fn full_text_grep(
+    store: &Store,
+    index: &SearchIndex,
+    config: &SearchConfig,
+    request: &GrepRequest,
+    limit: usize,
+    cursor: Option<Cursor>,
+    fingerprint: u64,
+) -> Result<GrepPage> {
+    let analyzer_terms = |text: &str| -> Result<Vec<(String, usize, usize)>> {
+        let mut analyzer = index.words_analyzer()?;
+        let mut stream = analyzer.token_stream(text);
+        let mut out = Vec::new();
+        while let Some(token) = stream.next() {
+            out.push((token.text.clone(), token.offset_from, token.offset_to));
+        }
+        Ok(out)
+    };
+    let query_terms: HashSet<String> = analyzer_terms(&request.pattern)?
+        .into_iter()
+        .map(|(t, _, _)| t)
+        .collect();
+    if query_terms.is_empty() {
+        return Err(StoreError::InvalidQuery(format!(
+            "`{}` has no words to search for",
+            request.pattern
+        )));
+    }
+    let scope = &request.scope;
+    let reader = store.reader()?;
+    let mut hits = Vec::new();
+    let mut examined = 0u64;
+
+    let make_hit = |m: &Message, score: Option<f32>| -> Result<Option<GrepHit>> {
+        let text = m.search_text();
+        let tokens = analyzer_terms(&text)?;
+        let matched: Vec<&(String, usize, usize)> = tokens
+            .iter()
+            .filter(|(t, _, _)| query_terms.contains(t))
+            .collect();
+        // Ranked hits already satisfy the query; unranked tail hits need one of its words.
+        if score.is_none() && matched.is_empty() {
+            return Ok(None);
+        }
+        let (start, end) = matched.first().map_or((0, 0), |(_, s, e)| (*s, *e));
+        Ok(Some(GrepHit {
+            message: m.id,
+            session: m.session,
+            seq: m.seq,
+            role: m.role,
+            created_at: m.created_at,
+            snippet: snippet(&text, start, end, config.snippet_chars),
+            matches: matched.len(),
+            score,
+        }))
+    };
+
+    let mut next = None;
+    let tail_after = match cursor {
+        None | Some(Cursor::Ranked(_)) => {
+            let offset = match cursor {
+                Some(Cursor::Ranked(o)) => o,
+                _ => 0,
+            };
+            let (ranked, more) = index.full_text(&request.pattern, scope, offset, limit)?;
+            for (id, score) in &ranked {
+                if let Some(m) = reader.try_message(*id)? {
+                    examined += 1;
+                    if let Some(hit) = make_hit(&m, Some(*score))? {
+                        hits.push(hit);
+                    }
+                }
+            }
+            if more {
+                next = Some(Cursor::Ranked(offset + ranked.len()));
+            }
+            None
+        }
+        Some(Cursor::After(id)) => Some(id),
+    };
+
+    if next.is_none() && hits.len() < limit {
+        let end = store.next_message_id()?;
+        let tail = index.unindexed(end);
+        let start = tail_after.map_or(tail.start, |a| MessageId(a.0 + 1).max(tail.start));
+        let mut failure = None;
+        let mut last = None;
+        reader.for_each_message(start..tail.end, |m| {
+            if !scope.admits(&m) {
+                return ControlFlow::Continue(());
+            }
+            examined += 1;
+            match make_hit(&m, None) {
+                Ok(Some(hit)) => {
+                    last = Some(hit.message);
+                    hits.push(hit);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    failure = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+            if hits.len() >= limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if hits.len() >= limit {
+            next = last.map(Cursor::After);
+        }
+    }
+    Ok(GrepPage {
+        hits,
+        next_cursor: next.map(|c| c.encode(fingerprint)),
+        strategy: Strategy::Ranked,
+        messages_examined: examined,
+    })
+}
+
+/// About `width` characters of `text` around `start..end`, on one line.
+pub fn snippet(text: &str, start: usize, end: usize, width: usize) -> String {
+    let match_chars = text[start..end].chars().count();
+    let context = width.saturating_sub(match_chars.min(width)) / 2;
+    let before: Vec<(usize, char)> = text[..start].char_indices().rev().take(context).collect();
+    let from = before.last().map_or(start, |(i, _)| *i);
+    let after_len: usize = text[end..]
+        .chars()
+        .take(context + width.saturating_sub(match_chars + 2 * context))
+        .map(char::len_utf8)
+        .sum();
+    let mut to = end + after_len;
+    // A long match is cut too.
+    if text[from..to].chars().count() > width + 1 {
+        to = from
+            + text[from..]
+                .chars()
+                .take(width)
+                .map(char::len_utf8)
+                .sum::<usize>();
+    }
+    let mut out = String::with_capacity(to - from + 8);
+    if from > 0 {
+        out.push('…');
+    }
+    out.extend(
+        text[from..to]
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c }),
+    );
+    if to < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+// ------------------------------------------------------------------- cursors
+
+/// Where the next page starts. Encoded with a fingerprint of the request, so a cursor used
+/// with another query is refused instead of silently returning wrong pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cursor {
+    /// Regex, or the unranked tail of a full-text search: hits after this message.
+    After(MessageId),
+    /// Full text: ranked hits from this offset.
+    Ranked(usize),
+}
+
+impl Cursor {
+    fn encode(self, fingerprint: u64) -> String {
+        match self {
+            Cursor::After(id) => format!("a{:x}.{fingerprint:016x}", id.0),
+            Cursor::Ranked(offset) => format!("r{offset:x}.{fingerprint:016x}"),
+        }
+    }
+
+    fn decode(text: &str, fingerprint: u64) -> Result<Cursor> {
+        let bad = || StoreError::InvalidCursor(format!("`{text}` is not a cursor lcm issued"));
+        let (head, print) = text.split_once('.').ok_or_else(bad)?;
+        let print = u64::from_str_radix(print, 16).map_err(|_| bad())?;
+        if print != fingerprint {
+            return Err(StoreError::InvalidCursor(
+                "this cursor belongs to a different search (pattern, mode or scope changed)".into(),
+            ));
+        }
+        let kind = head.chars().next().ok_or_else(bad)?;
+        let number = u64::from_str_radix(&head[1..], 16).map_err(|_| bad())?;
+        match kind {
+            'a' => Ok(Cursor::After(MessageId(number))),
+            'r' => Ok(Cursor::Ranked(usize::try_from(number).map_err(|_| bad())?)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// FNV-1a over everything that defines a search's result set (stable across runs).
+fn request_fingerprint(request: &GrepRequest) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        hash ^= 0xff;
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    };
+    feed(request.pattern.as_bytes());
+    feed(&[request.mode as u8]);
+    let s = &request.scope;
+    feed(&s.session.map_or(u64::MAX, |s| s.0).to_le_bytes());
+    for r in &s.roles {
+        feed(&[r.code() as u8]);
+    }
+    feed(&s.since.map_or(i64::MIN, |t| t.0).to_le_bytes());
+    feed(&s.before.map_or(i64::MAX, |t| t.0).to_le_bytes());
+    hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippets_are_bounded_and_centred() {
+        let text = format!("{}NEEDLE{}", "a".repeat(500), "b".repeat(500));
+        let s = snippet(&text, 500, 506, 60);
+        assert!(s.contains("NEEDLE"));
+        assert!(s.starts_with('…') && s.ends_with('…'));
+        assert!(s.chars().count() <= 64, "{}", s.chars().count());
+        assert_eq!(snippet("short needle", 6, 12, 200), "short needle");
+        let s = snippet("é\nneedle\tx", 3, 9, 200);
+        assert_eq!(s, "é needle x");
+    }
+
+    #[test]
+    fn cursors_round_trip_and_reject_foreign_use() {
+        let c = Cursor::After(MessageId(77)).encode(5);
+        assert_eq!(Cursor::decode(&c, 5).unwrap(), Cursor::After(MessageId(77)));
+        assert!(matches!(
+            Cursor::decode(&c, 6),
+            Err(StoreError::InvalidCursor(_))
+        ));
+        assert!(matches!(
+            Cursor::decode("zzz", 5),
+            Err(StoreError::InvalidCursor(_))
+        ));
+        let r = Cursor::Ranked(40).encode(9);
+        assert_eq!(Cursor::decode(&r, 9).unwrap(), Cursor::Ranked(40));
+    }
+}

@@ -1,0 +1,482 @@
+//! The search index: a tantivy index derived from the store, rebuildable from it at any time.
+//!
+//! The index holds no copy of any text (no field is stored). Per message it keeps:
+//! - `msg_id`, `session`, `role`, `created_at`: numbers, to filter by scope and to map hits back
+//!   to the store;
+//! - `words`: the text tokenised into stemmed, lowercased words, for ranked (BM25) full-text
+//!   search;
+//! - `trigrams`: the set of lowercased character trigrams, to narrow regex search to the
+//!   messages that can match (see [`crate::trigram`]).
+//!
+//! **Watermark.** Every message with an id below the watermark is indexed, none above it. The
+//! index writes the watermark as the payload of the same tantivy commit that adds the documents,
+//! so the two can never disagree; the copy in redb (`meta.index_watermark`) is updated after and
+//! is what integrity checks compare against. A crash between the two is repaired at the next
+//! open. Messages at or above the watermark are found by grep through a scan of the store.
+
+use std::ops::{ControlFlow, Range};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use lcm_core::config::SearchConfig;
+use lcm_core::ids::MessageId;
+use lcm_core::message::Message;
+use tantivy::collector::{Collector, SegmentCollector};
+use tantivy::columnar::Column;
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::schema::{
+    Field, INDEXED, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions,
+};
+use tantivy::tokenizer::{LowerCaser, NgramTokenizer, TextAnalyzer};
+use tantivy::{
+    DocId, Index, IndexReader, IndexWriter, ReloadPolicy, SegmentReader, TantivyDocument, Term,
+};
+
+use crate::error::{Result, StoreError};
+use crate::grep::Scope;
+use crate::store::Store;
+use crate::trigram::TrigramQuery;
+
+const TRIGRAM_TOKENIZER: &str = "lcm_trigram";
+const WORDS_TOKENIZER: &str = "en_stem";
+/// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.
+const INDEX_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fields {
+    pub msg_id: Field,
+    pub session: Field,
+    pub role: Field,
+    pub created_at: Field,
+    pub words: Field,
+    pub trigrams: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    let number = NumericOptions::default().set_indexed().set_fast();
+    let msg_id = builder.add_u64_field("msg_id", number.clone());
+    let session = builder.add_u64_field("session", number.clone());
+    let role = builder.add_u64_field("role", INDEXED);
+    let created_at = builder.add_i64_field("created_at", number);
+    let words = builder.add_text_field(
+        "words",
+        TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(WORDS_TOKENIZER)
+                .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+        ),
+    );
+    let trigrams = builder.add_text_field(
+        "trigrams",
+        TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(TRIGRAM_TOKENIZER)
+                .set_index_option(IndexRecordOption::Basic),
+        ),
+    );
+    (
+        builder.build(),
+        Fields {
+            msg_id,
+            session,
+            role,
+            created_at,
+            words,
+            trigrams,
+        },
+    )
+}
+
+fn register_tokenizers(index: &Index) -> Result<()> {
+    let trigram = TextAnalyzer::builder(NgramTokenizer::new(3, 3, false)?)
+        .filter(LowerCaser)
+        .build();
+    index.tokenizers().register(TRIGRAM_TOKENIZER, trigram);
+    Ok(())
+}
+
+/// The payload written with every commit: format version and watermark.
+fn payload(watermark: u64) -> String {
+    format!("lcm-index v{INDEX_FORMAT} watermark {watermark}")
+}
+
+fn parse_payload(payload: Option<&str>) -> Option<u64> {
+    let rest = payload?.strip_prefix(&format!("lcm-index v{INDEX_FORMAT} watermark "))?;
+    rest.parse().ok()
+}
+
+/// The derived full-text and trigram index.
+pub struct SearchIndex {
+    index: Index,
+    reader: IndexReader,
+    writer: Mutex<Option<IndexWriter>>,
+    fields: Fields,
+    dir: Option<PathBuf>,
+    config: SearchConfig,
+    /// Messages below this are in the committed index.
+    watermark: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for SearchIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchIndex")
+            .field("dir", &self.dir)
+            .field("watermark", &self.watermark())
+            .finish()
+    }
+}
+
+impl SearchIndex {
+    /// Opens the index in `dir`, creating it if absent. An index that cannot be opened or was
+    /// written by another index format is discarded and starts empty (it is derived data); the
+    /// next [`catch_up`](Self::catch_up) rebuilds it.
+    pub fn open(
+        dir: impl AsRef<Path>,
+        store: &Store,
+        config: &SearchConfig,
+    ) -> Result<SearchIndex> {
+        let dir = dir.as_ref();
+        let (schema, fields) = schema();
+        let index = match Self::open_existing(dir) {
+            Some(index) => index,
+            None => {
+                if dir.exists() {
+                    tracing::warn!(dir = %dir.display(), "search index unusable; rebuilding it from the store");
+                    std::fs::remove_dir_all(dir).map_err(|source| io_error(dir, source))?;
+                }
+                std::fs::create_dir_all(dir).map_err(|source| io_error(dir, source))?;
+                Index::create_in_dir(dir, schema)?
+            }
+        };
+        Self::init(index, fields, Some(dir.to_path_buf()), store, config)
+    }
+
+    fn open_existing(dir: &Path) -> Option<Index> {
+        if !dir.join("meta.json").exists() {
+            return None;
+        }
+        let index = Index::open_in_dir(dir).ok()?;
+        let metas = index.load_metas().ok()?;
+        // An empty index has no payload yet; anything else must be ours.
+        if metas.payload.is_some() && parse_payload(metas.payload.as_deref()).is_none() {
+            return None;
+        }
+        if index.schema() != schema().0 {
+            return None;
+        }
+        Some(index)
+    }
+
+    /// An index in memory (tests and benchmarks).
+    pub fn open_in_ram(store: &Store, config: &SearchConfig) -> Result<SearchIndex> {
+        let (schema, fields) = schema();
+        Self::init(Index::create_in_ram(schema), fields, None, store, config)
+    }
+
+    fn init(
+        index: Index,
+        fields: Fields,
+        dir: Option<PathBuf>,
+        store: &Store,
+        config: &SearchConfig,
+    ) -> Result<SearchIndex> {
+        register_tokenizers(&index)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let metas = index.load_metas()?;
+        let watermark = parse_payload(metas.payload.as_deref()).unwrap_or(0);
+        // The index's own payload is the truth about what it holds; the store's copy follows.
+        if store.index_watermark()?.0 != watermark {
+            store.set_index_watermark(MessageId(watermark))?;
+        }
+        Ok(SearchIndex {
+            index,
+            reader,
+            writer: Mutex::new(None),
+            fields,
+            dir,
+            config: config.clone(),
+            watermark: std::sync::atomic::AtomicU64::new(watermark),
+        })
+    }
+
+    /// Messages with ids below this are indexed.
+    pub fn watermark(&self) -> MessageId {
+        MessageId(self.watermark.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Indexes every message appended since the watermark, committing every
+    /// `config.index_batch` messages. `progress` is called with (indexed so far, total to index).
+    /// Returns how many messages were indexed.
+    pub fn catch_up(&self, store: &Store, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
+        let mut guard = self
+            .writer
+            .lock()
+            .map_err(|_| StoreError::InvalidQuery("index writer poisoned by a panic".into()))?;
+        let start = self.watermark().0;
+        let end = store.next_message_id()?.0;
+        if start >= end {
+            return Ok(0);
+        }
+        if guard.is_none() {
+            let bytes = self.config.index_writer_memory_mb * 1024 * 1024;
+            *guard = Some(self.index.writer(bytes)?);
+        }
+        let Some(writer) = guard.as_mut() else {
+            unreachable!("writer created above");
+        };
+        let total = end - start;
+        let batch = self.config.index_batch as u64;
+        let mut done = 0;
+        let mut from = start;
+        while from < end {
+            let to = (from + batch).min(end);
+            let reader = store.reader()?;
+            let mut failure = None;
+            reader.for_each_message(MessageId(from)..MessageId(to), |m| {
+                if let Err(e) = writer.add_document(self.document(&m)) {
+                    failure = Some(e);
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
+            })?;
+            if let Some(e) = failure {
+                writer.rollback()?;
+                return Err(e.into());
+            }
+            let mut commit = writer.prepare_commit()?;
+            commit.set_payload(&payload(to));
+            commit.commit()?;
+            self.watermark
+                .store(to, std::sync::atomic::Ordering::Release);
+            store.set_index_watermark(MessageId(to))?;
+            done += to - from;
+            progress(done, total);
+            from = to;
+        }
+        self.reader.reload()?;
+        Ok(done)
+    }
+
+    /// Drops everything and indexes the whole store again.
+    pub fn rebuild(&self, store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
+        {
+            let mut guard = self
+                .writer
+                .lock()
+                .map_err(|_| StoreError::InvalidQuery("index writer poisoned by a panic".into()))?;
+            if guard.is_none() {
+                let bytes = self.config.index_writer_memory_mb * 1024 * 1024;
+                *guard = Some(self.index.writer(bytes)?);
+            }
+            let Some(writer) = guard.as_mut() else {
+                unreachable!("writer created above");
+            };
+            writer.delete_all_documents()?;
+            let mut commit = writer.prepare_commit()?;
+            commit.set_payload(&payload(0));
+            commit.commit()?;
+            self.watermark
+                .store(0, std::sync::atomic::Ordering::Release);
+            store.set_index_watermark(MessageId(0))?;
+        }
+        self.catch_up(store, progress)
+    }
+
+    fn document(&self, m: &Message) -> TantivyDocument {
+        let f = &self.fields;
+        let text = m.search_text();
+        let mut doc = TantivyDocument::default();
+        doc.add_u64(f.msg_id, m.id.0);
+        doc.add_u64(f.session, m.session.0);
+        doc.add_u64(f.role, m.role.code());
+        doc.add_i64(f.created_at, m.created_at.0);
+        doc.add_text(f.words, &text);
+        doc.add_text(f.trigrams, &text);
+        doc
+    }
+
+    /// Filters for a scope, as non-scoring clauses.
+    fn scope_clauses(
+        &self,
+        scope: &Scope,
+        after: Option<MessageId>,
+    ) -> Vec<(Occur, Box<dyn Query>)> {
+        let f = &self.fields;
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let filter = |q: Box<dyn Query>| -> (Occur, Box<dyn Query>) {
+            (Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0)))
+        };
+        if let Some(session) = scope.session {
+            clauses.push(filter(Box::new(TermQuery::new(
+                Term::from_field_u64(f.session, session.0),
+                IndexRecordOption::Basic,
+            ))));
+        }
+        if !scope.roles.is_empty() {
+            let roles: Vec<Box<dyn Query>> = scope
+                .roles
+                .iter()
+                .map(|r| -> Box<dyn Query> {
+                    Box::new(TermQuery::new(
+                        Term::from_field_u64(f.role, r.code()),
+                        IndexRecordOption::Basic,
+                    ))
+                })
+                .collect();
+            clauses.push(filter(Box::new(BooleanQuery::union(roles))));
+        }
+        if scope.since.is_some() || scope.before.is_some() {
+            use std::ops::Bound;
+            let lower = scope.since.map_or(Bound::Unbounded, |t| {
+                Bound::Included(Term::from_field_i64(f.created_at, t.0))
+            });
+            let upper = scope.before.map_or(Bound::Unbounded, |t| {
+                Bound::Excluded(Term::from_field_i64(f.created_at, t.0))
+            });
+            clauses.push(filter(Box::new(RangeQuery::new(lower, upper))));
+        }
+        if let Some(after) = after {
+            clauses.push(filter(Box::new(RangeQuery::new(
+                std::ops::Bound::Excluded(Term::from_field_u64(f.msg_id, after.0)),
+                std::ops::Bound::Unbounded,
+            ))));
+        }
+        clauses
+    }
+
+    fn trigram_query(&self, q: &TrigramQuery) -> Box<dyn Query> {
+        match q {
+            TrigramQuery::Gram(g) => Box::new(TermQuery::new(
+                Term::from_field_text(self.fields.trigrams, g),
+                IndexRecordOption::Basic,
+            )),
+            TrigramQuery::And(parts) => Box::new(BooleanQuery::intersection(
+                parts.iter().map(|p| self.trigram_query(p)).collect(),
+            )),
+            TrigramQuery::Or(parts) => Box::new(BooleanQuery::union(
+                parts.iter().map(|p| self.trigram_query(p)).collect(),
+            )),
+            // Never built for `All` (grep scans instead); match nothing rather than everything.
+            TrigramQuery::All => Box::new(BooleanQuery::new(Vec::new())),
+        }
+    }
+
+    /// Ids of indexed messages in `scope` (after `after`) whose trigrams satisfy `plan`, in id
+    /// order. A superset of the messages that match: callers verify each.
+    pub(crate) fn regex_candidates(
+        &self,
+        plan: &TrigramQuery,
+        scope: &Scope,
+        after: Option<MessageId>,
+    ) -> Result<Vec<MessageId>> {
+        let mut clauses = self.scope_clauses(scope, after);
+        clauses.push((Occur::Must, self.trigram_query(plan)));
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let mut ids = searcher.search(&query, &MessageIdCollector)?;
+        ids.sort_unstable();
+        Ok(ids.into_iter().map(MessageId).collect())
+    }
+
+    /// Ranked full-text search: up to `limit` (message id, score) from rank `offset`, and whether
+    /// more ranked hits follow.
+    pub(crate) fn full_text(
+        &self,
+        text: &str,
+        scope: &Scope,
+        offset: usize,
+        limit: usize,
+    ) -> Result<(Vec<(MessageId, f32)>, bool)> {
+        let parser = tantivy::query::QueryParser::for_index(&self.index, vec![self.fields.words]);
+        let (query, _errors) = parser.parse_query_lenient(text);
+        let mut clauses = self.scope_clauses(scope, None);
+        clauses.push((Occur::Must, query));
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let top = tantivy::collector::TopDocs::with_limit(limit + 1)
+            .and_offset(offset)
+            .order_by_score();
+        let docs = searcher.search(&query, &top)?;
+        let more = docs.len() > limit;
+        let mut out = Vec::with_capacity(limit.min(docs.len()));
+        for (score, address) in docs.into_iter().take(limit) {
+            let column = searcher
+                .segment_reader(address.segment_ord)
+                .fast_fields()
+                .u64("msg_id")?;
+            if let Some(id) = column.first(address.doc_id) {
+                out.push((MessageId(id), score));
+            }
+        }
+        Ok((out, more))
+    }
+
+    /// The analyzer of the `words` field (stemmed, lowercased words), for matching the
+    /// unindexed tail and for finding snippet positions.
+    pub(crate) fn words_analyzer(&self) -> Result<TextAnalyzer> {
+        Ok(self.index.tokenizer_for_field(self.fields.words)?)
+    }
+
+    /// Ids in the range not yet indexed (at or above the watermark, below `end`).
+    pub(crate) fn unindexed(&self, end: MessageId) -> Range<MessageId> {
+        self.watermark()..end
+    }
+
+    /// Number of indexed documents (integrity checks, stats).
+    pub fn num_docs(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> StoreError {
+    StoreError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Collects the `msg_id` of every matching document, without scoring.
+struct MessageIdCollector;
+
+struct MessageIdSegmentCollector {
+    column: Column<u64>,
+    ids: Vec<u64>,
+}
+
+impl Collector for MessageIdCollector {
+    type Fruit = Vec<u64>;
+    type Child = MessageIdSegmentCollector;
+
+    fn for_segment(&self, _ord: u32, segment: &SegmentReader) -> tantivy::Result<Self::Child> {
+        Ok(MessageIdSegmentCollector {
+            column: segment.fast_fields().u64("msg_id")?,
+            ids: Vec::new(),
+        })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        false
+    }
+
+    fn merge_fruits(&self, fruits: Vec<Vec<u64>>) -> tantivy::Result<Vec<u64>> {
+        Ok(fruits.concat())
+    }
+}
+
+impl SegmentCollector for MessageIdSegmentCollector {
+    type Fruit = Vec<u64>;
+
+    fn collect(&mut self, doc: DocId, _score: tantivy::Score) {
+        if let Some(id) = self.column.first(doc) {
+            self.ids.push(id);
+        }
+    }
+
+    fn harvest(self) -> Vec<u64> {
+        self.ids
+    }
+}

@@ -1,0 +1,29 @@
+//! # lcm-store
+//!
+//! The ground truth of lcm and what is derived from it:
+//! - [`store`]: the immutable store on redb (sessions, messages, originals). Durable on return,
+//!   append-only, atomic batches.
+//! - [`index`]: the tantivy index (words for BM25, trigrams for regex), derived from the store,
+//!   rebuildable from it, with a watermark.
+//! - [`grep`]: regex and full-text search over both, complete and exact.
+//! - [`import`]: importing transcripts (Claude Code, OpenAI, lcm JSONL), idempotently.
+//!
+//! Architecture invariant: this crate knows nothing of actors, providers or compaction policy.
+//! The engine talks to storage only through the API here, so a second backend can come later
+//! without touching the engine.
+
+pub mod codec;
+pub mod data_dir;
+pub mod error;
+pub mod grep;
+pub mod import;
+pub mod index;
+pub mod store;
+pub mod tables;
+pub mod trigram;
+
+pub use data_dir::DataDir;
+pub use error::{Result, StoreError};
+pub use grep::{GrepHit, GrepMode, GrepPage, GrepRequest, Scope, Strategy, grep};
+pub use index::SearchIndex;
+pub use store::{Appended, Store, StoreOptions, StoreReader, StoreStats};

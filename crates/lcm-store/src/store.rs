@@ -1,0 +1,662 @@
+//! The immutable store: sessions and messages in one redb file.
+//!
+//! Guarantees:
+//! - **Durable on return.** Every append commits with redb's immediate durability (fsync) before
+//!   it returns; an acknowledged message survives a crash or power loss.
+//! - **Immutable.** There is no API that changes or deletes a stored message or its original.
+//! - **Atomic batches.** A batch is one transaction: all of it is stored, or none.
+//! - **Validated before written.** Bad input is rejected before a transaction opens, so a
+//!   rejected call changes nothing.
+
+use std::collections::HashMap;
+use std::ops::{ControlFlow, Range};
+use std::path::{Path, PathBuf};
+
+use lcm_core::formats::lcm as lcm_format;
+use lcm_core::ids::{MessageId, SessionId};
+use lcm_core::message::{Message, NewMessage, Original, Part, Role, SessionInfo, SourceFormat};
+use lcm_core::time::Timestamp;
+use lcm_core::tokens::TokenCounter;
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+
+use crate::codec::{self, SCHEMA_VERSION};
+use crate::error::{Result, StoreError};
+use crate::tables::{self, meta};
+
+/// A message as stored (everything but its id, which is the key, and its original).
+#[derive(Debug, Clone, bincode::Encode, bincode::Decode)]
+pub(crate) struct MessageRecord {
+    pub session: u64,
+    pub seq: u64,
+    pub role: Role,
+    pub created_at: Timestamp,
+    pub token_count: u32,
+    pub source: SourceFormat,
+    pub parts: Vec<Part>,
+    pub source_key: Option<String>,
+    /// Whether the host gave an original payload (kept in `originals`). Messages created without
+    /// one have no stored original: theirs is rendered from the parts in lcm's own format, so
+    /// their text is not stored twice.
+    pub has_original: bool,
+}
+
+impl MessageRecord {
+    fn into_message(self, id: u64) -> Message {
+        Message {
+            id: MessageId(id),
+            session: SessionId(self.session),
+            seq: self.seq,
+            role: self.role,
+            created_at: self.created_at,
+            token_count: self.token_count,
+            parts: self.parts,
+            source: self.source,
+        }
+    }
+}
+
+#[derive(Debug, Clone, bincode::Encode, bincode::Decode)]
+struct SessionRecord {
+    key: String,
+    created_at: Timestamp,
+    parent: Option<u64>,
+    message_count: u64,
+    token_total: u64,
+    first_message_at: Option<Timestamp>,
+    last_message_at: Option<Timestamp>,
+}
+
+impl SessionRecord {
+    fn into_info(self, id: u64) -> SessionInfo {
+        SessionInfo {
+            id: SessionId(id),
+            key: self.key,
+            created_at: self.created_at,
+            parent: self.parent.map(SessionId),
+            message_count: self.message_count,
+            token_total: self.token_total,
+            first_message_at: self.first_message_at,
+            last_message_at: self.last_message_at,
+        }
+    }
+}
+
+/// What happened to one appended message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Appended {
+    pub id: MessageId,
+    /// `false` when a message with the same source key was already stored in the session (the
+    /// existing id is returned and nothing is written).
+    pub inserted: bool,
+}
+
+/// Totals over the whole store.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoreStats {
+    pub sessions: u64,
+    pub messages: u64,
+    pub tokens: u64,
+    /// Messages below this id are in the search index.
+    pub index_watermark: MessageId,
+    pub file_bytes: Option<u64>,
+}
+
+/// Options for opening a store.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOptions {
+    /// Counts tokens of every appended message.
+    pub counter: TokenCounter,
+}
+
+/// The immutable store. Cheap to share behind an `Arc`; all methods take `&self`.
+pub struct Store {
+    db: Database,
+    counter: TokenCounter,
+    path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+/// A message prepared outside the write transaction (token count, encoded parts).
+struct Prepared {
+    session: u64,
+    role: Role,
+    created_at: Timestamp,
+    token_count: u32,
+    source: SourceFormat,
+    parts: Vec<Part>,
+    original: Option<Vec<u8>>,
+    source_key: Option<String>,
+}
+
+impl Store {
+    /// Opens the store at `path`, creating it if absent.
+    pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        let path = path.as_ref();
+        let db = Database::create(path)?;
+        Self::init(db, options, Some(path.to_path_buf()))
+    }
+
+    /// A store in memory, for tests and benchmarks of code above the disk.
+    pub fn open_in_memory(options: StoreOptions) -> Result<Store> {
+        let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
+        Self::init(db, options, None)
+    }
+
+    fn init(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<Store> {
+        let txn = db.begin_write()?;
+        {
+            let mut meta_table = txn.open_table(tables::META)?;
+            let version = meta_table.get(meta::SCHEMA_VERSION)?.map(|v| v.value());
+            match version {
+                Some(v) if v > u64::from(SCHEMA_VERSION) => {
+                    return Err(StoreError::NewerSchema {
+                        found: u32::try_from(v).unwrap_or(u32::MAX),
+                        supported: u32::from(SCHEMA_VERSION),
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    meta_table.insert(meta::SCHEMA_VERSION, u64::from(SCHEMA_VERSION))?;
+                }
+            }
+            // Create every table so that readers never meet a missing one.
+            txn.open_table(tables::SESSIONS)?;
+            txn.open_table(tables::SESSION_KEYS)?;
+            txn.open_table(tables::MESSAGES)?;
+            txn.open_table(tables::ORIGINALS)?;
+            txn.open_table(tables::SESSION_MESSAGES)?;
+            txn.open_table(tables::SOURCE_KEYS)?;
+        }
+        txn.commit()?;
+        Ok(Store {
+            db,
+            counter: options.counter,
+            path,
+        })
+    }
+
+    /// The file the store lives in (`None` in memory).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The token counter used at ingest.
+    pub fn counter(&self) -> TokenCounter {
+        self.counter
+    }
+
+    // ---------------------------------------------------------------- sessions
+
+    /// Creates a session named `key` (unique), optionally the child of `parent`.
+    pub fn create_session(&self, key: &str, parent: Option<SessionId>) -> Result<SessionId> {
+        validate_session_key(key)?;
+        let txn = self.db.begin_write()?;
+        let id = {
+            let mut keys = txn.open_table(tables::SESSION_KEYS)?;
+            if keys.get(key)?.is_some() {
+                return Err(StoreError::SessionExists(key.to_owned()));
+            }
+            let mut sessions = txn.open_table(tables::SESSIONS)?;
+            if let Some(parent) = parent
+                && sessions.get(parent.0)?.is_none()
+            {
+                return Err(StoreError::SessionNotFound(parent));
+            }
+            let mut meta_table = txn.open_table(tables::META)?;
+            let id = next_counter(&mut meta_table, meta::NEXT_SESSION)?;
+            let record = SessionRecord {
+                key: key.to_owned(),
+                created_at: Timestamp::now(),
+                parent: parent.map(|p| p.0),
+                message_count: 0,
+                token_total: 0,
+                first_message_at: None,
+                last_message_at: None,
+            };
+            sessions.insert(id, codec::encode(&record).as_slice())?;
+            keys.insert(key, id)?;
+            id
+        };
+        txn.commit()?;
+        Ok(SessionId(id))
+    }
+
+    /// The session named `key`, created if it does not exist yet.
+    pub fn ensure_session(&self, key: &str) -> Result<SessionId> {
+        if let Some(id) = self.session_id_for_key(key)? {
+            return Ok(id);
+        }
+        match self.create_session(key, None) {
+            Err(StoreError::SessionExists(_)) => self
+                .session_id_for_key(key)?
+                .ok_or_else(|| StoreError::SessionKeyNotFound(key.to_owned())),
+            other => other,
+        }
+    }
+
+    /// The session named `key`, if any.
+    pub fn session_id_for_key(&self, key: &str) -> Result<Option<SessionId>> {
+        let txn = self.db.begin_read()?;
+        let keys = txn.open_table(tables::SESSION_KEYS)?;
+        Ok(keys.get(key)?.map(|v| SessionId(v.value())))
+    }
+
+    /// One session's record.
+    pub fn session(&self, id: SessionId) -> Result<SessionInfo> {
+        self.reader()?.session(id)
+    }
+
+    /// Every session, in creation order.
+    pub fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        let txn = self.db.begin_read()?;
+        let sessions = txn.open_table(tables::SESSIONS)?;
+        let mut out = Vec::with_capacity(sessions.len()? as usize);
+        for entry in sessions.iter()? {
+            let (id, bytes) = entry?;
+            let record: SessionRecord = codec::decode("sessions", bytes.value())?;
+            out.push(record.into_info(id.value()));
+        }
+        Ok(out)
+    }
+
+    // ---------------------------------------------------------------- append
+
+    /// Appends one message to `session`; durable when it returns.
+    pub fn append(&self, session: SessionId, message: NewMessage) -> Result<Appended> {
+        let mut out = self.append_mixed(vec![(session, message)])?;
+        out.pop()
+            .ok_or_else(|| StoreError::InvalidMessage("nothing appended".into()))
+    }
+
+    /// Appends messages to `session` in one transaction; durable when it returns.
+    pub fn append_batch(
+        &self,
+        session: SessionId,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<Appended>> {
+        self.append_mixed(messages.into_iter().map(|m| (session, m)).collect())
+    }
+
+    /// Appends messages of several sessions in one transaction, in the order given; durable
+    /// when it returns. Messages whose source key is already stored in their session are not
+    /// written again (`inserted: false`).
+    pub fn append_mixed(&self, messages: Vec<(SessionId, NewMessage)>) -> Result<Vec<Appended>> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        for (i, (_, m)) in messages.iter().enumerate() {
+            validate_message(m).map_err(|e| match e {
+                StoreError::InvalidMessage(detail) if messages.len() > 1 => {
+                    StoreError::InvalidMessage(format!("message {i} of the batch: {detail}"))
+                }
+                other => other,
+            })?;
+        }
+        let prepared = self.prepare(messages);
+
+        let txn = self.db.begin_write()?;
+        let results = {
+            let mut meta_table = txn.open_table(tables::META)?;
+            let mut sessions = txn.open_table(tables::SESSIONS)?;
+            let mut records = txn.open_table(tables::MESSAGES)?;
+            let mut originals = txn.open_table(tables::ORIGINALS)?;
+            let mut session_messages = txn.open_table(tables::SESSION_MESSAGES)?;
+            let mut source_keys = txn.open_table(tables::SOURCE_KEYS)?;
+
+            let mut next_id = meta_table.get(meta::NEXT_MESSAGE)?.map_or(0, |v| v.value());
+            let mut touched: HashMap<u64, SessionRecord> = HashMap::new();
+            let mut results = Vec::with_capacity(prepared.len());
+
+            for p in prepared {
+                if let Some(key) = &p.source_key
+                    && let Some(existing) = source_keys.get((p.session, key.as_str()))?
+                {
+                    results.push(Appended {
+                        id: MessageId(existing.value()),
+                        inserted: false,
+                    });
+                    continue;
+                }
+                let session = match touched.entry(p.session) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        let bytes = sessions
+                            .get(p.session)?
+                            .ok_or(StoreError::SessionNotFound(SessionId(p.session)))?;
+                        e.insert(codec::decode("sessions", bytes.value())?)
+                    }
+                };
+                let id = next_id;
+                next_id += 1;
+                let seq = session.message_count;
+                session.message_count += 1;
+                session.token_total += u64::from(p.token_count);
+                session.first_message_at.get_or_insert(p.created_at);
+                session.last_message_at = Some(p.created_at);
+
+                let record = MessageRecord {
+                    session: p.session,
+                    seq,
+                    role: p.role,
+                    created_at: p.created_at,
+                    token_count: p.token_count,
+                    source: p.source,
+                    parts: p.parts,
+                    source_key: p.source_key.clone(),
+                    has_original: p.original.is_some(),
+                };
+                records.insert(id, codec::encode(&record).as_slice())?;
+                if let Some(original) = &p.original {
+                    originals.insert(id, original.as_slice())?;
+                }
+                session_messages.insert((p.session, seq), id)?;
+                if let Some(key) = &p.source_key {
+                    source_keys.insert((p.session, key.as_str()), id)?;
+                }
+                results.push(Appended {
+                    id: MessageId(id),
+                    inserted: true,
+                });
+            }
+            for (id, record) in &touched {
+                sessions.insert(*id, codec::encode(record).as_slice())?;
+            }
+            meta_table.insert(meta::NEXT_MESSAGE, next_id)?;
+            results
+        };
+        txn.commit()?;
+        Ok(results)
+    }
+
+    /// Counts tokens and renders originals before the write lock is taken. Large batches are
+    /// counted on every core: tokenising is the most expensive part of ingest.
+    fn prepare(&self, messages: Vec<(SessionId, NewMessage)>) -> Vec<Prepared> {
+        let counter = self.counter;
+        let prepare_one = move |(session, m): (SessionId, NewMessage)| -> Prepared {
+            let token_count = counter.count_message(m.role, &m.parts);
+            let (source, original) = match m.original {
+                Some(Original { format, bytes }) => (format, Some(bytes)),
+                None => (SourceFormat::Lcm, None),
+            };
+            Prepared {
+                session: session.0,
+                role: m.role,
+                created_at: m.created_at,
+                token_count,
+                source,
+                parts: m.parts,
+                original,
+                source_key: m.source_key,
+            }
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads < 2 || messages.len() < 256 {
+            return messages.into_iter().map(prepare_one).collect();
+        }
+        let chunk = messages.len().div_ceil(threads);
+        let mut chunks: Vec<Vec<(SessionId, NewMessage)>> = Vec::with_capacity(threads);
+        let mut iter = messages.into_iter();
+        loop {
+            let part: Vec<_> = iter.by_ref().take(chunk).collect();
+            if part.is_empty() {
+                break;
+            }
+            chunks.push(part);
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = chunks
+                .into_iter()
+                .map(|part| {
+                    scope.spawn(move || part.into_iter().map(prepare_one).collect::<Vec<_>>())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| match h.join() {
+                    Ok(v) => v,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                })
+                .collect()
+        })
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    /// A consistent snapshot for many reads (one read transaction).
+    pub fn reader(&self) -> Result<StoreReader> {
+        Ok(StoreReader {
+            txn: self.db.begin_read()?,
+        })
+    }
+
+    /// One message by id.
+    pub fn message(&self, id: MessageId) -> Result<Message> {
+        self.reader()?.message(id)
+    }
+
+    /// The original payload of a message, byte for byte.
+    pub fn original(&self, id: MessageId) -> Result<Original> {
+        self.reader()?.original(id)
+    }
+
+    /// The messages of `session` whose sequence numbers fall in `seqs`, in order.
+    pub fn session_messages(&self, session: SessionId, seqs: Range<u64>) -> Result<Vec<Message>> {
+        self.reader()?.session_messages(session, seqs)
+    }
+
+    /// Totals over the whole store.
+    pub fn stats(&self) -> Result<StoreStats> {
+        let txn = self.db.begin_read()?;
+        let sessions = txn.open_table(tables::SESSIONS)?;
+        let mut tokens = 0;
+        let mut messages = 0;
+        for entry in sessions.iter()? {
+            let (_, bytes) = entry?;
+            let record: SessionRecord = codec::decode("sessions", bytes.value())?;
+            tokens += record.token_total;
+            messages += record.message_count;
+        }
+        let meta_table = txn.open_table(tables::META)?;
+        let watermark = meta_table
+            .get(meta::INDEX_WATERMARK)?
+            .map_or(0, |v| v.value());
+        Ok(StoreStats {
+            sessions: sessions.len()?,
+            messages,
+            tokens,
+            index_watermark: MessageId(watermark),
+            file_bytes: self
+                .path
+                .as_ref()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map(|m| m.len()),
+        })
+    }
+
+    /// The id the next appended message will get (one past the newest).
+    pub fn next_message_id(&self) -> Result<MessageId> {
+        let txn = self.db.begin_read()?;
+        let meta_table = txn.open_table(tables::META)?;
+        Ok(MessageId(
+            meta_table.get(meta::NEXT_MESSAGE)?.map_or(0, |v| v.value()),
+        ))
+    }
+
+    /// The index watermark recorded in the store: messages below it are indexed.
+    pub fn index_watermark(&self) -> Result<MessageId> {
+        let txn = self.db.begin_read()?;
+        let meta_table = txn.open_table(tables::META)?;
+        Ok(MessageId(
+            meta_table
+                .get(meta::INDEX_WATERMARK)?
+                .map_or(0, |v| v.value()),
+        ))
+    }
+
+    /// Records how far the search index has caught up (called by the index after it commits).
+    pub(crate) fn set_index_watermark(&self, watermark: MessageId) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut meta_table = txn.open_table(tables::META)?;
+            meta_table.insert(meta::INDEX_WATERMARK, watermark.0)?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+}
+
+/// A read snapshot of the store; every read through it sees the same state.
+pub struct StoreReader {
+    txn: ReadTransaction,
+}
+
+impl StoreReader {
+    /// One message by id.
+    pub fn message(&self, id: MessageId) -> Result<Message> {
+        self.try_message(id)?.ok_or(StoreError::MessageNotFound(id))
+    }
+
+    /// One message by id, `None` if absent.
+    pub fn try_message(&self, id: MessageId) -> Result<Option<Message>> {
+        let table = self.txn.open_table(tables::MESSAGES)?;
+        let Some(bytes) = table.get(id.0)? else {
+            return Ok(None);
+        };
+        let record: MessageRecord = codec::decode("messages", bytes.value())?;
+        Ok(Some(record.into_message(id.0)))
+    }
+
+    /// The original payload of a message, byte for byte as the host gave it; for a message
+    /// given without one, its rendering in lcm's own JSONL format.
+    pub fn original(&self, id: MessageId) -> Result<Original> {
+        let table = self.txn.open_table(tables::MESSAGES)?;
+        let bytes = table.get(id.0)?.ok_or(StoreError::MessageNotFound(id))?;
+        let record: MessageRecord = codec::decode("messages", bytes.value())?;
+        if !record.has_original {
+            let session = self.session(SessionId(record.session))?;
+            let message = NewMessage {
+                role: record.role,
+                parts: record.parts,
+                created_at: record.created_at,
+                original: None,
+                source_key: record.source_key,
+            };
+            return Ok(Original {
+                format: SourceFormat::Lcm,
+                bytes: lcm_format::to_line(&session.key, &message).into_bytes(),
+            });
+        }
+        let originals = self.txn.open_table(tables::ORIGINALS)?;
+        let bytes = originals.get(id.0)?.ok_or_else(|| StoreError::Corrupt {
+            table: "originals",
+            detail: format!("{id} has a record but no original"),
+        })?;
+        Ok(Original {
+            format: record.source,
+            bytes: bytes.value().to_vec(),
+        })
+    }
+
+    /// One session's record.
+    pub fn session(&self, id: SessionId) -> Result<SessionInfo> {
+        let sessions = self.txn.open_table(tables::SESSIONS)?;
+        let bytes = sessions.get(id.0)?.ok_or(StoreError::SessionNotFound(id))?;
+        let record: SessionRecord = codec::decode("sessions", bytes.value())?;
+        Ok(record.into_info(id.0))
+    }
+
+    /// The messages of `session` with sequence numbers in `seqs`, in order.
+    pub fn session_messages(&self, session: SessionId, seqs: Range<u64>) -> Result<Vec<Message>> {
+        let mut out = Vec::new();
+        self.for_each_in_session(session, seqs, |m| {
+            out.push(m);
+            ControlFlow::Continue(())
+        })?;
+        Ok(out)
+    }
+
+    /// Visits the messages of `session` with sequence numbers in `seqs`, in order.
+    pub fn for_each_in_session(
+        &self,
+        session: SessionId,
+        seqs: Range<u64>,
+        mut visit: impl FnMut(Message) -> ControlFlow<()>,
+    ) -> Result<()> {
+        self.session(session)?;
+        let index = self.txn.open_table(tables::SESSION_MESSAGES)?;
+        let records = self.txn.open_table(tables::MESSAGES)?;
+        for entry in index.range((session.0, seqs.start)..(session.0, seqs.end))? {
+            let (_, id) = entry?;
+            let id = id.value();
+            let bytes = records.get(id)?.ok_or_else(|| StoreError::Corrupt {
+                table: "session_messages",
+                detail: format!("points at missing message msg_{id}"),
+            })?;
+            let record: MessageRecord = codec::decode("messages", bytes.value())?;
+            if visit(record.into_message(id)).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Visits every message with an id in `ids`, in id order (append order across sessions).
+    pub fn for_each_message(
+        &self,
+        ids: Range<MessageId>,
+        mut visit: impl FnMut(Message) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let records = self.txn.open_table(tables::MESSAGES)?;
+        for entry in records.range(ids.start.0..ids.end.0)? {
+            let (id, bytes) = entry?;
+            let record: MessageRecord = codec::decode("messages", bytes.value())?;
+            if visit(record.into_message(id.value())).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn next_counter(meta_table: &mut redb::Table<&str, u64>, key: &str) -> Result<u64> {
+    let next = meta_table.get(key)?.map_or(0, |v| v.value());
+    meta_table.insert(key, next + 1)?;
+    Ok(next)
+}
+
+fn validate_session_key(key: &str) -> Result<()> {
+    if key.trim().is_empty() {
+        return Err(StoreError::InvalidMessage(
+            "a session key must not be empty".into(),
+        ));
+    }
+    if key.len() > 1024 {
+        return Err(StoreError::InvalidMessage(format!(
+            "a session key must be at most 1024 bytes, got {}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+fn validate_message(m: &NewMessage) -> Result<()> {
+    if m.parts.is_empty() {
+        return Err(StoreError::InvalidMessage(
+            "a message needs at least one part".into(),
+        ));
+    }
+    if let Some(key) = &m.source_key
+        && (key.is_empty() || key.len() > 1024)
+    {
+        return Err(StoreError::InvalidMessage(format!(
+            "a source key must be 1 to 1024 bytes, got {}",
+            key.len()
+        )));
+    }
+    Ok(())
+}

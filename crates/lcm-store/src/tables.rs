@@ -1,0 +1,48 @@
+//! The redb tables and the layout of their keys.
+//!
+//! All numbers are the numbers behind typed ids (`msg_N` is `N`). Values are records encoded by
+//! [`crate::codec`] unless said otherwise.
+//!
+//! | table | key | value | written |
+//! | --- | --- | --- | --- |
+//! | `meta` | name | u64 | counters (`next_message`, `next_session`, ...), `schema_version`, `index_watermark` |
+//! | `sessions` | session | `SessionRecord` | on create; counters on every append |
+//! | `session_keys` | host key | session | on create |
+//! | `messages` | message | `MessageRecord` (everything but the original) | once, never changed |
+//! | `originals` | message | raw bytes of the original payload | once, never changed |
+//! | `session_messages` | (session, seq) | message | once |
+//! | `source_keys` | (session, source key) | message | once (idempotent import) |
+//!
+//! Designed now, written by later stages (the keys are fixed here so that nothing has to move):
+//!
+//! | table | key | value |
+//! | --- | --- | --- |
+//! | `summaries` | summary | summary record (kind, depth, content, token count, range, file ids, level, model) |
+//! | `summary_sources` | (summary, ordinal) | node ref (kind byte + number) of a source, in order |
+//! | `covered_by` | (node kind byte, number, depth) | summary covering that node |
+//! | `context` | session | context state: ordered top-level summary numbers + raw-from seq |
+//! | `files` | file | large-file record (path, type, size, exploration summary) |
+//! | `map_jobs` | job | job record; `map_items` (job, item index) -> item record with lease |
+//!
+//! Messages are keyed by a global, append-ordered number so that "every message after the index
+//! watermark" is one range scan; `session_messages` gives each session's ordered view.
+
+use redb::TableDefinition;
+
+pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub const SESSIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("sessions");
+pub const SESSION_KEYS: TableDefinition<&str, u64> = TableDefinition::new("session_keys");
+pub const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("messages");
+pub const ORIGINALS: TableDefinition<u64, &[u8]> = TableDefinition::new("originals");
+pub const SESSION_MESSAGES: TableDefinition<(u64, u64), u64> =
+    TableDefinition::new("session_messages");
+pub const SOURCE_KEYS: TableDefinition<(u64, &str), u64> = TableDefinition::new("source_keys");
+
+/// Keys of the `meta` table.
+pub mod meta {
+    pub const SCHEMA_VERSION: &str = "schema_version";
+    pub const NEXT_MESSAGE: &str = "next_message";
+    pub const NEXT_SESSION: &str = "next_session";
+    /// Every message with a number below this is in the search index.
+    pub const INDEX_WATERMARK: &str = "index_watermark";
+}

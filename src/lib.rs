@@ -1,0 +1,18 @@
+//! # lcm
+//!
+//! Lossless Context Management: unbounded, lossless memory for LLM agents inside a bounded
+//! context window. This facade re-exports the public API of the workspace's crates:
+//!
+//! - [`core`]: ids, the message model, configuration, token counting, transcript formats;
+//! - [`store`]: the immutable redb store, the derived tantivy index, grep, import.
+//!
+//! See `docs/ARCHITECTURE.md` for the layers and their invariants.
+
+pub use lcm_core as core;
+pub use lcm_store as store;
+
+pub use lcm_core::{
+    AnyId, Config, Encoding, Message, MessageId, NewMessage, Part, Role, SessionId, SessionInfo,
+    Timestamp, TokenCounter,
+};
+pub use lcm_store::{DataDir, GrepMode, GrepRequest, Scope, SearchIndex, Store, StoreError, grep};

@@ -1,0 +1,5 @@
+//! The `lcm` binary: see `lcm --help` and the README.
+
+fn main() -> std::process::ExitCode {
+    lcm_cli::run()
+}

@@ -1,0 +1,174 @@
+//! Regex grep against a naive scan: for random corpora and random patterns, with part of the
+//! corpus indexed and the rest appended after the index's last commit, grep (followed page by
+//! page through its cursors) returns exactly the messages a plain `Regex::is_match` over every
+//! stored text finds.
+
+use lcm::core::config::SearchConfig;
+use lcm::core::message::{NewMessage, Part, Role};
+use lcm::core::time::Timestamp;
+use lcm::store::{GrepMode, GrepRequest, Scope, SearchIndex, Store, StoreOptions, grep};
+use lcm::{Encoding, MessageId, SessionId, TokenCounter};
+use proptest::prelude::*;
+use regex::Regex;
+
+const WORDS: &[&str] = &[
+    "foo",
+    "bar",
+    "Baz",
+    "qux",
+    "héllo",
+    "İstanbul",
+    "ΣΟΦΙΑ",
+    "error",
+    "Timeout",
+    "ab",
+    "a1b2",
+    "msg_42",
+    "x",
+    "FOObar",
+    "naïve",
+    "日本語",
+    "tool_use",
+    "ERROR:",
+    "42",
+    "3.14",
+];
+const SEPARATORS: &[&str] = &[" ", "\n", "-", ".", "", ", ", "\t"];
+
+fn text_strategy() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        (
+            prop::sample::select(WORDS),
+            prop::sample::select(SEPARATORS),
+        ),
+        0..12,
+    )
+    .prop_map(|pieces| pieces.into_iter().map(|(w, s)| format!("{w}{s}")).collect())
+}
+
+fn message_strategy() -> impl Strategy<Value = (u8, u8, Vec<String>)> {
+    (0u8..3, 0u8..4, prop::collection::vec(text_strategy(), 1..3))
+}
+
+/// Patterns built from pieces of the vocabulary with regex operators around them.
+fn pattern_strategy() -> impl Strategy<Value = String> {
+    // Weighted towards literals: those are the patterns the index narrows, where a wrong
+    // trigram plan would lose hits.
+    let atom = prop_oneof![
+        6 => prop::sample::select(WORDS).prop_map(regex::escape),
+        2 => prop::sample::select(WORDS).prop_map(|w| {
+            let chars: Vec<char> = w.chars().collect();
+            let end = chars.len().min(3);
+            regex::escape(&chars[..end].iter().collect::<String>())
+        }),
+        1 => Just(".".to_owned()),
+        1 => Just(r"\d+".to_owned()),
+        1 => Just("[a-f]".to_owned()),
+        1 => Just(r"\w".to_owned()),
+        1 => Just(r"\s".to_owned()),
+        1 => Just("[Ee]rr".to_owned()),
+    ];
+    let piece = (
+        atom,
+        prop::sample::select(&["", "", "", "", "", "?", "*", "+", "{2}"][..]),
+    )
+        .prop_map(|(a, q)| {
+            if q.is_empty() {
+                a
+            } else {
+                format!("(?:{a}){q}")
+            }
+        });
+    let concat = prop::collection::vec(piece, 1..4).prop_map(|v| v.concat());
+    (
+        prop::collection::vec(concat, 1..3),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(alts, ci, anchored)| {
+            let mut p = alts.join("|");
+            if anchored {
+                p = format!("^(?:{p})");
+            }
+            if ci {
+                p = format!("(?i){p}");
+            }
+            p
+        })
+}
+
+fn role(code: u8) -> Role {
+    Role::ALL[usize::from(code) % 4]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn regex_grep_equals_naive_scan(
+        messages in prop::collection::vec(message_strategy(), 1..40),
+        indexed_fraction in 0.0f64..=1.0,
+        patterns in prop::collection::vec(pattern_strategy(), 1..4),
+        scope_session in prop::option::of(0u8..3),
+        scope_role in prop::option::of(0u8..4),
+        page in 1usize..6,
+    ) {
+        let store = Store::open_in_memory(StoreOptions { counter: TokenCounter::new(Encoding::O200kBase) }).unwrap();
+        let config = SearchConfig::default();
+        let index = SearchIndex::open_in_ram(&store, &config).unwrap();
+        let sessions: Vec<SessionId> = (0..3).map(|i| store.create_session(&format!("s{i}"), None).unwrap()).collect();
+        let split = (messages.len() as f64 * indexed_fraction) as usize;
+        for (i, (session, role_code, texts)) in messages.iter().enumerate() {
+            if i == split {
+                index.catch_up(&store, |_, _| {}).unwrap();
+            }
+            let m = NewMessage {
+                role: role(*role_code),
+                parts: texts.iter().map(|t| Part::Text { text: t.clone() }).collect(),
+                created_at: Timestamp(i as i64),
+                original: None,
+                source_key: None,
+            };
+            store.append(sessions[usize::from(*session)], m).unwrap();
+        }
+        if split >= messages.len() {
+            index.catch_up(&store, |_, _| {}).unwrap();
+        }
+        let scope = Scope {
+            session: scope_session.map(|s| sessions[usize::from(s)]),
+            roles: scope_role.map(role).into_iter().collect(),
+            ..Scope::default()
+        };
+        let reader = store.reader().unwrap();
+        for pattern in &patterns {
+            let regex = Regex::new(pattern).unwrap();
+            let mut expected = Vec::new();
+            for id in 0..messages.len() as u64 {
+                let m = reader.message(MessageId(id)).unwrap();
+                let in_scope = scope.session.is_none_or(|s| s == m.session)
+                    && (scope.roles.is_empty() || scope.roles.contains(&m.role));
+                if in_scope && regex.is_match(&m.search_text()) {
+                    expected.push(m.id);
+                }
+            }
+            let mut found = Vec::new();
+            let mut cursor = None;
+            for _ in 0..=messages.len() + 1 {
+                let result = grep(&store, &index, &config, &GrepRequest {
+                    pattern: pattern.clone(),
+                    mode: GrepMode::Regex,
+                    scope: scope.clone(),
+                    limit: Some(page),
+                    cursor: cursor.take(),
+                }).unwrap();
+                prop_assert!(result.hits.len() <= page);
+                found.extend(result.hits.iter().map(|h| h.message));
+                match result.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
+            prop_assert_eq!(&found, &expected, "pattern {:?}", pattern);
+        }
+    }
+}
