@@ -25,7 +25,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = r"INV-\d{4}")]
     pub regex: String,
     /// Words to rank by after importing.
-    #[arg(long, default_value = "read timeout page size")]
+    #[arg(long, default_value = "timeout page size")]
     pub words: String,
     /// Keep the data in this directory instead of a fresh temporary one.
     #[arg(long)]

@@ -12,11 +12,13 @@ pub mod config;
 pub mod formats;
 pub mod ids;
 pub mod message;
+pub mod summary;
 pub mod time;
 pub mod tokens;
 
 pub use config::Config;
 pub use ids::{AnyId, FileId, IdError, JobId, MessageId, SessionId, SummaryId};
 pub use message::{Message, NewMessage, Original, Part, Role, SessionInfo, SourceFormat};
+pub use summary::{ContextState, NewSummary, NodeRef, Summary, SummaryKind};
 pub use time::Timestamp;
 pub use tokens::{Encoding, TokenCounter};

@@ -1,6 +1,6 @@
 //! The store's errors: one enum, each variant saying what was wrong and with what.
 
-use lcm_core::ids::{MessageId, SessionId};
+use lcm_core::ids::{MessageId, SessionId, SummaryId};
 
 /// Everything that can go wrong in `lcm-store`.
 #[derive(Debug, thiserror::Error)]
@@ -8,6 +8,8 @@ use lcm_core::ids::{MessageId, SessionId};
 pub enum StoreError {
     #[error("no message {0} in the store")]
     MessageNotFound(MessageId),
+    #[error("no summary {0} in the store")]
+    SummaryNotFound(SummaryId),
     #[error("no session {0} in the store")]
     SessionNotFound(SessionId),
     #[error("no session with key `{0}` in the store")]

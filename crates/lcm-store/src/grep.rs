@@ -176,7 +176,14 @@ fn regex_grep(
 
     let end = store.next_message_id()?;
     let strategy = if plan.is_all() {
-        scan(&reader, scope, after, MessageId(0)..end, &mut collector)?;
+        scan(
+            store,
+            &reader,
+            scope,
+            after,
+            MessageId(0)..end,
+            &mut collector,
+        )?;
         Strategy::Scan
     } else {
         let candidates = index.regex_candidates(&plan, scope, after)?;
@@ -191,7 +198,14 @@ fn regex_grep(
         // Not yet indexed: scan.
         if !collector.full() {
             let tail = index.unindexed(end);
-            scan(&reader, scope, after, tail.start..tail.end, &mut collector)?;
+            scan(
+                store,
+                &reader,
+                scope,
+                after,
+                tail.start..tail.end,
+                &mut collector,
+            )?;
         }
         Strategy::TrigramIndex
     };
@@ -200,6 +214,7 @@ fn regex_grep(
 
 /// Offers every message of `ids` in scope and after `after` to the collector, in id order.
 fn scan(
+    store: &Store,
     reader: &StoreReader,
     scope: &Scope,
     after: Option<MessageId>,
@@ -210,22 +225,109 @@ fn scan(
     if start >= ids.end || collector.full() {
         return Ok(());
     }
-    let visit = |m: Message| {
-        if m.id < start || m.id >= ids.end {
-            return ControlFlow::Continue(());
-        }
-        collector.offer(m, scope);
-        if collector.full() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    };
-    match scope.session {
-        // One session: walk its own ordered view (ids grow with seq within a session).
-        Some(session) => reader.for_each_in_session(session, 0..u64::MAX, visit),
-        None => reader.for_each_message(start..ids.end, visit),
+    if let Some(session) = scope.session {
+        // One session: walk its own ordered view (ids grow with seq within a session), from
+        // just after the cursor's message when there is one.
+        let first_seq = match after.map(|a| reader.try_message(a)).transpose()?.flatten() {
+            Some(m) if m.session == session => m.seq + 1,
+            _ => 0,
+        };
+        return reader.for_each_in_session(session, first_seq..u64::MAX, |m| {
+            if m.id >= start && m.id < ids.end {
+                collector.offer(m, scope);
+            }
+            if collector.full() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
     }
+    scan_parallel(store, scope, start..ids.end, collector)
+}
+
+/// Ids scanned per window; each window is split across the cores and its hits are offered in
+/// order, so the result is the same as a sequential scan and stops within one window of the
+/// limit.
+const SCAN_WINDOW: u64 = 32_768;
+
+/// Scans every message in `ids` (all sessions) on all cores, offering hits in id order.
+fn scan_parallel(
+    store: &Store,
+    scope: &Scope,
+    ids: std::ops::Range<MessageId>,
+    collector: &mut HitCollector<'_>,
+) -> Result<()> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let mut from = ids.start.0;
+    while from < ids.end.0 && !collector.full() {
+        let to = (from + SCAN_WINDOW).min(ids.end.0);
+        let step = (to - from).div_ceil(threads).max(1);
+        let regex = collector.regex;
+        let snippet_chars = collector.snippet_chars;
+        let parts: Vec<Result<(Vec<GrepHit>, u64)>> = std::thread::scope(|scope_| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let lo = from + t * step;
+                    let hi = (lo + step).min(to);
+                    scope_.spawn(move || -> Result<(Vec<GrepHit>, u64)> {
+                        let mut hits = Vec::new();
+                        let mut examined = 0u64;
+                        if lo >= hi {
+                            return Ok((hits, examined));
+                        }
+                        let reader = store.reader()?;
+                        reader.for_each_message(MessageId(lo)..MessageId(hi), |m| {
+                            if scope.admits(&m) {
+                                examined += 1;
+                                if let Some(hit) = regex_hit(regex, &m, snippet_chars) {
+                                    hits.push(hit);
+                                }
+                            }
+                            ControlFlow::Continue(())
+                        })?;
+                        Ok((hits, examined))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h.join() {
+                    Ok(result) => result,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                })
+                .collect()
+        });
+        for part in parts {
+            let (hits, examined) = part?;
+            collector.examined += examined;
+            for hit in hits {
+                if collector.full() {
+                    break;
+                }
+                collector.push(hit);
+            }
+        }
+        from = to;
+    }
+    Ok(())
+}
+
+/// The hit for `m` if `regex` matches its text.
+fn regex_hit(regex: &Regex, m: &Message, snippet_chars: usize) -> Option<GrepHit> {
+    let text = m.search_text();
+    let first = regex.find(&text)?;
+    let matches = regex.find_iter(&text).take(MAX_COUNTED_MATCHES).count();
+    Some(GrepHit {
+        message: m.id,
+        session: m.session,
+        seq: m.seq,
+        role: m.role,
+        created_at: m.created_at,
+        snippet: snippet(&text, first.start(), first.end(), snippet_chars),
+        matches,
+        score: None,
+    })
 }
 
 struct HitCollector<'r> {
@@ -258,27 +360,14 @@ impl<'r> HitCollector<'r> {
             return;
         }
         self.examined += 1;
-        let text = m.search_text();
-        let Some(first) = self.regex.find(&text) else {
-            return;
-        };
-        let matches = self
-            .regex
-            .find_iter(&text)
-            .take(MAX_COUNTED_MATCHES)
-            .count();
-        let snippet = snippet(&text, first.start(), first.end(), self.snippet_chars);
-        self.last_hit = Some(m.id);
-        self.hits.push(GrepHit {
-            message: m.id,
-            session: m.session,
-            seq: m.seq,
-            role: m.role,
-            created_at: m.created_at,
-            snippet,
-            matches,
-            score: None,
-        });
+        if let Some(hit) = regex_hit(self.regex, &m, self.snippet_chars) {
+            self.push(hit);
+        }
+    }
+
+    fn push(&mut self, hit: GrepHit) {
+        self.last_hit = Some(hit.message);
+        self.hits.push(hit);
     }
 
     fn into_page(self, strategy: Strategy, fingerprint: u64) -> GrepPage {

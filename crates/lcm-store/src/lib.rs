@@ -13,6 +13,7 @@
 //! without touching the engine.
 
 pub mod codec;
+pub mod dag;
 pub mod data_dir;
 pub mod error;
 pub mod grep;
@@ -22,6 +23,7 @@ pub mod store;
 pub mod tables;
 pub mod trigram;
 
+pub use dag::{ApplyOutcome, span_fingerprint};
 pub use data_dir::DataDir;
 pub use error::{Result, StoreError};
 pub use grep::{GrepHit, GrepMode, GrepPage, GrepRequest, Scope, Strategy, grep};

@@ -56,14 +56,14 @@ impl MessageRecord {
 }
 
 #[derive(Debug, Clone, bincode::Encode, bincode::Decode)]
-struct SessionRecord {
-    key: String,
-    created_at: Timestamp,
-    parent: Option<u64>,
-    message_count: u64,
-    token_total: u64,
-    first_message_at: Option<Timestamp>,
-    last_message_at: Option<Timestamp>,
+pub(crate) struct SessionRecord {
+    pub key: String,
+    pub created_at: Timestamp,
+    pub parent: Option<u64>,
+    pub message_count: u64,
+    pub token_total: u64,
+    pub first_message_at: Option<Timestamp>,
+    pub last_message_at: Option<Timestamp>,
 }
 
 impl SessionRecord {
@@ -110,7 +110,7 @@ pub struct StoreOptions {
 
 /// The immutable store. Cheap to share behind an `Arc`; all methods take `&self`.
 pub struct Store {
-    db: Database,
+    pub(crate) db: Database,
     counter: TokenCounter,
     path: Option<PathBuf>,
 }
@@ -171,6 +171,11 @@ impl Store {
             txn.open_table(tables::ORIGINALS)?;
             txn.open_table(tables::SESSION_MESSAGES)?;
             txn.open_table(tables::SOURCE_KEYS)?;
+            txn.open_table(tables::SUMMARIES)?;
+            txn.open_table(tables::SUMMARY_SOURCES)?;
+            txn.open_table(tables::COVERED_BY)?;
+            txn.open_table(tables::SESSION_SUMMARIES)?;
+            txn.open_table(tables::CONTEXT)?;
         }
         txn.commit()?;
         Ok(Store {
@@ -512,7 +517,7 @@ impl Store {
 
 /// A read snapshot of the store; every read through it sees the same state.
 pub struct StoreReader {
-    txn: ReadTransaction,
+    pub(crate) txn: ReadTransaction,
 }
 
 impl StoreReader {
@@ -623,7 +628,7 @@ impl StoreReader {
     }
 }
 
-fn next_counter(meta_table: &mut redb::Table<&str, u64>, key: &str) -> Result<u64> {
+pub(crate) fn next_counter(meta_table: &mut redb::Table<&str, u64>, key: &str) -> Result<u64> {
     let next = meta_table.get(key)?.map_or(0, |v| v.value());
     meta_table.insert(key, next + 1)?;
     Ok(next)

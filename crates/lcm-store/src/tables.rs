@@ -9,18 +9,20 @@
 //! | `sessions` | session | `SessionRecord` | on create; counters on every append |
 //! | `session_keys` | host key | session | on create |
 //! | `messages` | message | `MessageRecord` (everything but the original) | once, never changed |
-//! | `originals` | message | raw bytes of the original payload | once, never changed |
+//! | `originals` | message | raw bytes of the original payload, when the host gave one | once, never changed |
 //! | `session_messages` | (session, seq) | message | once |
 //! | `source_keys` | (session, source key) | message | once (idempotent import) |
+//!
+//! | `summaries` | summary | `SummaryRecord` (kind, depth, content, tokens, range, file ids, level, model) | once |
+//! | `summary_sources` | (summary, ordinal) | (node kind byte, number) of each source, in order | once |
+//! | `covered_by` | (node kind byte, number) | the summary covering that node | once |
+//! | `session_summaries` | (session, summary) | () | once |
+//! | `context` | session | `ContextState`: ordered top-level summaries + raw-from seq | replaced atomically with each summary |
 //!
 //! Designed now, written by later stages (the keys are fixed here so that nothing has to move):
 //!
 //! | table | key | value |
 //! | --- | --- | --- |
-//! | `summaries` | summary | summary record (kind, depth, content, token count, range, file ids, level, model) |
-//! | `summary_sources` | (summary, ordinal) | node ref (kind byte + number) of a source, in order |
-//! | `covered_by` | (node kind byte, number, depth) | summary covering that node |
-//! | `context` | session | context state: ordered top-level summary numbers + raw-from seq |
 //! | `files` | file | large-file record (path, type, size, exploration summary) |
 //! | `map_jobs` | job | job record; `map_items` (job, item index) -> item record with lease |
 //!
@@ -37,12 +39,28 @@ pub const ORIGINALS: TableDefinition<u64, &[u8]> = TableDefinition::new("origina
 pub const SESSION_MESSAGES: TableDefinition<(u64, u64), u64> =
     TableDefinition::new("session_messages");
 pub const SOURCE_KEYS: TableDefinition<(u64, &str), u64> = TableDefinition::new("source_keys");
+pub const SUMMARIES: TableDefinition<u64, &[u8]> = TableDefinition::new("summaries");
+/// (summary, ordinal) -> source node, encoded by [`node_key`].
+pub const SUMMARY_SOURCES: TableDefinition<(u64, u32), (u8, u64)> =
+    TableDefinition::new("summary_sources");
+/// Source node -> the summary that covers it (at most one: a message is covered by one leaf, a
+/// summary by at most one condensed summary).
+pub const COVERED_BY: TableDefinition<(u8, u64), u64> = TableDefinition::new("covered_by");
+/// (session, summary) for every summary of a session, in creation order.
+pub const SESSION_SUMMARIES: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("session_summaries");
+pub const CONTEXT: TableDefinition<u64, &[u8]> = TableDefinition::new("context");
+
+/// Node kind byte in keys: messages 0, summaries 1.
+pub const NODE_MESSAGE: u8 = 0;
+pub const NODE_SUMMARY: u8 = 1;
 
 /// Keys of the `meta` table.
 pub mod meta {
     pub const SCHEMA_VERSION: &str = "schema_version";
     pub const NEXT_MESSAGE: &str = "next_message";
     pub const NEXT_SESSION: &str = "next_session";
+    pub const NEXT_SUMMARY: &str = "next_summary";
     /// Every message with a number below this is in the search index.
     pub const INDEX_WATERMARK: &str = "index_watermark";
 }

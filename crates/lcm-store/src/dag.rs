@@ -1,0 +1,428 @@
+//! The summary DAG and the active context in the store.
+//!
+//! [`Store::apply_summary`] is the only way a summary enters the store, and it is also the only
+//! way a context changes: one write transaction checks that the span the summary covers is still
+//! exactly what the context holds (otherwise the prepared summary is stale and nothing is
+//! written), writes the summary, its ordered sources, the covered-by edges, and the session's new
+//! context state. A crash at any point leaves the old context or the new one, never a mix.
+
+use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
+use lcm_core::summary::{ContextState, NewSummary, NodeRef, Summary, SummaryKind};
+use lcm_core::time::Timestamp;
+use redb::{ReadableDatabase, ReadableTable};
+
+use crate::codec;
+use crate::error::{Result, StoreError};
+use crate::store::{MessageRecord, Store, StoreReader, next_counter};
+use crate::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
+
+/// A summary as stored (the id is the key; sources live in `summary_sources`).
+#[derive(Debug, Clone, bincode::Encode, bincode::Decode)]
+struct SummaryRecord {
+    session: u64,
+    kind: SummaryKind,
+    depth: u32,
+    content: String,
+    token_count: u32,
+    earliest_at: Timestamp,
+    latest_at: Timestamp,
+    descendant_messages: u64,
+    descendant_tokens: u64,
+    first_seq: u64,
+    last_seq: u64,
+    file_ids: Vec<FileId>,
+    level: u8,
+    model: String,
+    created_at: Timestamp,
+}
+
+fn node_key(node: NodeRef) -> (u8, u64) {
+    match node {
+        NodeRef::Message(id) => (NODE_MESSAGE, id.0),
+        NodeRef::Summary(id) => (NODE_SUMMARY, id.0),
+    }
+}
+
+fn node_from_key((kind, n): (u8, u64)) -> Result<NodeRef> {
+    match kind {
+        NODE_MESSAGE => Ok(NodeRef::Message(MessageId(n))),
+        NODE_SUMMARY => Ok(NodeRef::Summary(SummaryId(n))),
+        other => Err(StoreError::Corrupt {
+            table: "summary_sources",
+            detail: format!("unknown node kind {other}"),
+        }),
+    }
+}
+
+/// The outcome of [`Store::apply_summary`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyOutcome {
+    /// Written; the context now shows the summary in place of its sources.
+    Applied {
+        summary: Summary,
+        context: ContextState,
+    },
+    /// The context no longer holds the span the summary was prepared for; nothing was written.
+    Stale { reason: String },
+}
+
+/// A fingerprint of a span: the session, the context version it was read at, and the sources.
+/// Equal fingerprints mean the same span of the same context.
+pub fn span_fingerprint(session: SessionId, context_version: u64, sources: &[NodeRef]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |n: u64| {
+        for b in n.to_le_bytes() {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    feed(session.0);
+    feed(context_version);
+    for s in sources {
+        let (kind, n) = node_key(*s);
+        feed(u64::from(kind));
+        feed(n);
+    }
+    hash
+}
+
+impl Store {
+    /// Writes a prepared summary and swaps it into its session's context, atomically, if the
+    /// context still holds exactly its sources: for a leaf, the oldest raw messages from the
+    /// context's frontier on; for a condensed summary, a contiguous run of the context's
+    /// top-level summaries, all one depth below it. Otherwise returns [`ApplyOutcome::Stale`]
+    /// and writes nothing. Malformed summaries (no sources, wrong kinds or depths, another
+    /// session's nodes) are [`StoreError::InvalidMessage`] errors.
+    pub fn apply_summary(&self, new: NewSummary, file_ids: Vec<FileId>) -> Result<ApplyOutcome> {
+        validate_summary(&new)?;
+        let txn = self.db.begin_write()?;
+        let outcome = {
+            let sessions = txn.open_table(tables::SESSIONS)?;
+            if sessions.get(new.session.0)?.is_none() {
+                return Err(StoreError::SessionNotFound(new.session));
+            }
+            let mut context_table = txn.open_table(tables::CONTEXT)?;
+            let state: ContextState = match context_table.get(new.session.0)? {
+                Some(bytes) => codec::decode("context", bytes.value())?,
+                None => ContextState::default(),
+            };
+            let messages = txn.open_table(tables::MESSAGES)?;
+            let mut summaries = txn.open_table(tables::SUMMARIES)?;
+
+            // Aggregate the sources, checking they are exactly a span of the current context.
+            let mut agg = Aggregate::new(file_ids);
+            let mut new_state = state.clone();
+            // Where the new summary goes in the top-level list.
+            let insert_at;
+            match new.kind {
+                SummaryKind::Leaf => {
+                    for (i, source) in new.sources.iter().enumerate() {
+                        let NodeRef::Message(id) = source else {
+                            unreachable!("validated: leaf sources are messages");
+                        };
+                        let bytes = messages
+                            .get(id.0)?
+                            .ok_or(StoreError::MessageNotFound(*id))?;
+                        let m: MessageRecord = codec::decode("messages", bytes.value())?;
+                        if m.session != new.session.0 {
+                            return Err(StoreError::InvalidMessage(format!(
+                                "{id} belongs to ses_{}, not {}",
+                                m.session, new.session
+                            )));
+                        }
+                        if m.seq != state.raw_from + i as u64 {
+                            return Ok(ApplyOutcome::Stale {
+                                reason: format!(
+                                    "{id} (#{}) is not message #{} of the raw span starting at #{}",
+                                    m.seq,
+                                    state.raw_from + i as u64,
+                                    state.raw_from
+                                ),
+                            });
+                        }
+                        agg.add_message(&m);
+                    }
+                    new_state.raw_from = agg.last_seq + 1;
+                    insert_at = new_state.summaries.len();
+                }
+                SummaryKind::Condensed => {
+                    let ids: Vec<SummaryId> = new
+                        .sources
+                        .iter()
+                        .map(|s| match s {
+                            NodeRef::Summary(id) => *id,
+                            NodeRef::Message(_) => {
+                                unreachable!("validated: condensed sources are summaries")
+                            }
+                        })
+                        .collect();
+                    let Some(start) = state.summaries.iter().position(|s| *s == ids[0]) else {
+                        return Ok(ApplyOutcome::Stale {
+                            reason: format!(
+                                "{} is no longer a top-level summary of the context",
+                                ids[0]
+                            ),
+                        });
+                    };
+                    if state.summaries.get(start..start + ids.len()) != Some(ids.as_slice()) {
+                        return Ok(ApplyOutcome::Stale {
+                            reason: "the sources are no longer a contiguous run of the context"
+                                .into(),
+                        });
+                    }
+                    for id in &ids {
+                        let bytes = summaries.get(id.0)?.ok_or_else(|| StoreError::Corrupt {
+                            table: "context",
+                            detail: format!("context of {} points at missing {id}", new.session),
+                        })?;
+                        let s: SummaryRecord = codec::decode("summaries", bytes.value())?;
+                        if s.depth + 1 != new.depth {
+                            return Err(StoreError::InvalidMessage(format!(
+                                "{id} has depth {}, a condensed summary of depth {} needs depth {}",
+                                s.depth,
+                                new.depth,
+                                new.depth.saturating_sub(1)
+                            )));
+                        }
+                        agg.add_summary(&s);
+                    }
+                    new_state.summaries.drain(start..start + ids.len());
+                    insert_at = start;
+                }
+            }
+            let Some(earliest) = agg.earliest else {
+                unreachable!("validated: at least one source");
+            };
+
+            let mut meta_table = txn.open_table(tables::META)?;
+            let id = next_counter(&mut meta_table, meta::NEXT_SUMMARY)?;
+            let created_at = Timestamp::now();
+            let record = SummaryRecord {
+                session: new.session.0,
+                kind: new.kind,
+                depth: new.depth,
+                content: new.content,
+                token_count: new.token_count,
+                earliest_at: earliest,
+                latest_at: agg.latest.unwrap_or(earliest),
+                descendant_messages: agg.messages,
+                descendant_tokens: agg.tokens,
+                first_seq: agg.first_seq,
+                last_seq: agg.last_seq,
+                file_ids: agg.file_ids,
+                level: new.level,
+                model: new.model,
+                created_at,
+            };
+            summaries.insert(id, codec::encode(&record).as_slice())?;
+            let mut sources_table = txn.open_table(tables::SUMMARY_SOURCES)?;
+            let mut covered = txn.open_table(tables::COVERED_BY)?;
+            for (ordinal, source) in new.sources.iter().enumerate() {
+                let key = node_key(*source);
+                sources_table.insert((id, ordinal as u32), key)?;
+                if let Some(existing) = covered.insert(key, id)? {
+                    return Err(StoreError::Corrupt {
+                        table: "covered_by",
+                        detail: format!("{source} is already covered by sum_{}", existing.value()),
+                    });
+                }
+            }
+            txn.open_table(tables::SESSION_SUMMARIES)?
+                .insert((new.session.0, id), ())?;
+
+            // The new summary takes the place of its sources.
+            new_state.summaries.insert(insert_at, SummaryId(id));
+            new_state.version = state.version + 1;
+            context_table.insert(new.session.0, codec::encode(&new_state).as_slice())?;
+            ApplyOutcome::Applied {
+                summary: record.into_summary(id, new.sources),
+                context: new_state,
+            }
+        };
+        if matches!(outcome, ApplyOutcome::Applied { .. }) {
+            txn.commit()?;
+        } else {
+            txn.abort()?;
+        }
+        Ok(outcome)
+    }
+
+    /// The session's context state (empty: no summaries, raw from the first message).
+    pub fn context(&self, session: SessionId) -> Result<ContextState> {
+        self.reader()?.context(session)
+    }
+
+    /// One summary.
+    pub fn summary(&self, id: SummaryId) -> Result<Summary> {
+        self.reader()?.summary(id)
+    }
+
+    /// The summary covering a message or a summary, if any (one lookup).
+    pub fn covering(&self, node: NodeRef) -> Result<Option<SummaryId>> {
+        self.reader()?.covering(node)
+    }
+
+    /// Every summary of a session, in creation order.
+    pub fn session_summaries(&self, session: SessionId) -> Result<Vec<Summary>> {
+        let reader = self.reader()?;
+        let table = reader.txn.open_table(tables::SESSION_SUMMARIES)?;
+        let mut out = Vec::new();
+        for entry in table.range((session.0, 0)..=(session.0, u64::MAX))? {
+            let (key, _) = entry?;
+            out.push(reader.summary(SummaryId(key.value().1))?);
+        }
+        Ok(out)
+    }
+
+    /// Summaries in the whole store (for integrity checks and stats).
+    pub fn summary_count(&self) -> Result<u64> {
+        use redb::ReadableTableMetadata;
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(tables::SUMMARIES)?.len()?)
+    }
+}
+
+impl StoreReader {
+    /// The session's context state.
+    pub fn context(&self, session: SessionId) -> Result<ContextState> {
+        self.session(session)?;
+        let table = self.txn.open_table(tables::CONTEXT)?;
+        match table.get(session.0)? {
+            Some(bytes) => codec::decode("context", bytes.value()),
+            None => Ok(ContextState::default()),
+        }
+    }
+
+    /// One summary with its ordered sources.
+    pub fn summary(&self, id: SummaryId) -> Result<Summary> {
+        let table = self.txn.open_table(tables::SUMMARIES)?;
+        let bytes = table.get(id.0)?.ok_or(StoreError::SummaryNotFound(id))?;
+        let record: SummaryRecord = codec::decode("summaries", bytes.value())?;
+        let sources_table = self.txn.open_table(tables::SUMMARY_SOURCES)?;
+        let mut sources = Vec::new();
+        for entry in sources_table.range((id.0, 0)..=(id.0, u32::MAX))? {
+            let (_, node) = entry?;
+            sources.push(node_from_key(node.value())?);
+        }
+        Ok(record.into_summary(id.0, sources))
+    }
+
+    /// The summary covering `node`, if any.
+    pub fn covering(&self, node: NodeRef) -> Result<Option<SummaryId>> {
+        let table = self.txn.open_table(tables::COVERED_BY)?;
+        Ok(table.get(node_key(node))?.map(|v| SummaryId(v.value())))
+    }
+}
+
+impl SummaryRecord {
+    fn into_summary(self, id: u64, sources: Vec<NodeRef>) -> Summary {
+        Summary {
+            id: SummaryId(id),
+            session: SessionId(self.session),
+            kind: self.kind,
+            depth: self.depth,
+            content: self.content,
+            token_count: self.token_count,
+            earliest_at: self.earliest_at,
+            latest_at: self.latest_at,
+            descendant_messages: self.descendant_messages,
+            descendant_tokens: self.descendant_tokens,
+            first_seq: self.first_seq,
+            last_seq: self.last_seq,
+            sources,
+            file_ids: self.file_ids,
+            level: self.level,
+            model: self.model,
+            created_at: self.created_at,
+        }
+    }
+}
+
+/// Totals over a summary's sources.
+struct Aggregate {
+    earliest: Option<Timestamp>,
+    latest: Option<Timestamp>,
+    messages: u64,
+    tokens: u64,
+    first_seq: u64,
+    last_seq: u64,
+    file_ids: Vec<FileId>,
+    any: bool,
+}
+
+impl Aggregate {
+    fn new(file_ids: Vec<FileId>) -> Self {
+        Aggregate {
+            earliest: None,
+            latest: None,
+            messages: 0,
+            tokens: 0,
+            first_seq: 0,
+            last_seq: 0,
+            file_ids,
+            any: false,
+        }
+    }
+
+    fn span(&mut self, earliest: Timestamp, latest: Timestamp, first: u64, last: u64) {
+        self.earliest = Some(self.earliest.map_or(earliest, |e| e.min(earliest)));
+        self.latest = Some(self.latest.map_or(latest, |l| l.max(latest)));
+        if !self.any {
+            self.first_seq = first;
+        }
+        self.last_seq = last;
+        self.any = true;
+    }
+
+    fn add_message(&mut self, m: &MessageRecord) {
+        self.span(m.created_at, m.created_at, m.seq, m.seq);
+        self.messages += 1;
+        self.tokens += u64::from(m.token_count);
+    }
+
+    fn add_summary(&mut self, s: &SummaryRecord) {
+        self.span(s.earliest_at, s.latest_at, s.first_seq, s.last_seq);
+        self.messages += s.descendant_messages;
+        self.tokens += s.descendant_tokens;
+        for f in &s.file_ids {
+            if !self.file_ids.contains(f) {
+                self.file_ids.push(*f);
+            }
+        }
+    }
+}
+
+fn validate_summary(new: &NewSummary) -> Result<()> {
+    let invalid = |detail: String| Err(StoreError::InvalidMessage(detail));
+    if new.sources.is_empty() {
+        return invalid("a summary needs at least one source".into());
+    }
+    if new.content.trim().is_empty() {
+        return invalid("a summary needs content".into());
+    }
+    if !(1..=3).contains(&new.level) {
+        return invalid(format!(
+            "escalation level must be 1, 2 or 3, got {}",
+            new.level
+        ));
+    }
+    match new.kind {
+        SummaryKind::Leaf => {
+            if new.depth != 0 {
+                return invalid(format!("a leaf summary has depth 0, got {}", new.depth));
+            }
+            if !new.sources.iter().all(|s| matches!(s, NodeRef::Message(_))) {
+                return invalid("a leaf summary's sources must all be messages".into());
+            }
+        }
+        SummaryKind::Condensed => {
+            if new.depth == 0 {
+                return invalid("a condensed summary has depth 1 or more".into());
+            }
+            if !new.sources.iter().all(|s| matches!(s, NodeRef::Summary(_))) {
+                return invalid("a condensed summary's sources must all be summaries".into());
+            }
+        }
+    }
+    Ok(())
+}
