@@ -1,0 +1,14 @@
+//! # lcm-engine
+//!
+//! What turns the store into managed context:
+//! - [`assembly`]: renders a session's context state (top-level summaries, then the raw tail)
+//!   into provider-ready messages in the OpenAI Chat Completions or Anthropic Messages shape,
+//!   deterministically, with tool calls and results always paired.
+//!
+//! Next (see the issues): the compaction control loop, the tools, and the supervised actors.
+//!
+//! Architecture invariant: the engine reaches storage only through `lcm-store`'s API.
+
+pub mod assembly;
+
+pub use assembly::{AssembledContext, ContextItem, assemble, render_summary};
