@@ -38,6 +38,7 @@ fn default_toml_mentions_every_option() {
             }
         }
     }
-    // Options without a default value (data_dir) are documented as comments.
+    // Options without a default value are documented as comments.
     assert!(text.contains("# data_dir ="));
+    assert!(text.contains("# max_depth ="));
 }

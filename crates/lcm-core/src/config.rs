@@ -28,6 +28,7 @@ pub struct Config {
     pub tokenizer: TokenizerConfig,
     pub search: SearchConfig,
     pub import: ImportConfig,
+    pub compaction: CompactionConfig,
 }
 
 impl Config {
@@ -64,6 +65,7 @@ impl Config {
                 "import.batch_size and search.index_batch must be at least 1".into(),
             ));
         }
+        self.compaction.validate()?;
         if s.index_writer_memory_mb < 15 {
             return Err(ConfigError::Invalid(format!(
                 "search.index_writer_memory_mb must be at least 15 (tantivy's minimum), got {}",
@@ -179,6 +181,78 @@ pub struct ImportConfig {
 impl Default for ImportConfig {
     fn default() -> Self {
         ImportConfig { batch_size: 5_000 }
+    }
+}
+
+/// When and how the context is compacted (paper section 2.1; defaults from seed 001).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompactionConfig {
+    /// Fraction of the budget at which a compaction starts (without blocking the turn). Below it
+    /// no summarisation work happens at all.
+    pub soft_threshold: f64,
+    /// Fraction of the budget above which assembly waits for compaction.
+    pub hard_threshold: f64,
+    /// The most recent messages, never compacted (a tool call is never split from its result).
+    pub fresh_tail: usize,
+    /// Largest raw span a leaf summary covers, in tokens.
+    pub leaf_chunk_tokens: u32,
+    /// Target size of a leaf summary, in tokens.
+    pub leaf_target_tokens: u32,
+    /// Same-depth summaries that are condensed into one.
+    pub condensed_fanout: usize,
+    /// Target size of a condensed summary, in tokens.
+    pub condensed_target_tokens: u32,
+    /// Deepest condensed summary; unset means unlimited.
+    pub max_depth: Option<u32>,
+    /// Most summaries one compaction run writes (each makes at most two provider calls).
+    pub max_passes: usize,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            soft_threshold: 0.75,
+            hard_threshold: 0.9,
+            fresh_tail: 32,
+            leaf_chunk_tokens: 20_000,
+            leaf_target_tokens: 1_200,
+            condensed_fanout: 4,
+            condensed_target_tokens: 2_000,
+            max_depth: None,
+            max_passes: 64,
+        }
+    }
+}
+
+impl CompactionConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |msg: String| Err(ConfigError::Invalid(msg));
+        if !(0.0 < self.soft_threshold
+            && self.soft_threshold <= self.hard_threshold
+            && self.hard_threshold <= 1.0)
+        {
+            return bad(format!(
+                "compaction thresholds must satisfy 0 < soft_threshold <= hard_threshold <= 1, got {} and {}",
+                self.soft_threshold, self.hard_threshold
+            ));
+        }
+        if self.condensed_fanout < 2 {
+            return bad(format!(
+                "compaction.condensed_fanout must be at least 2, got {}",
+                self.condensed_fanout
+            ));
+        }
+        if self.leaf_target_tokens == 0
+            || self.condensed_target_tokens == 0
+            || self.leaf_chunk_tokens <= self.leaf_target_tokens
+        {
+            return bad("compaction targets must be positive and leaf_chunk_tokens larger than leaf_target_tokens".into());
+        }
+        if self.max_passes == 0 {
+            return bad("compaction.max_passes must be at least 1".into());
+        }
+        Ok(())
     }
 }
 

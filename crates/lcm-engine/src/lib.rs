@@ -5,10 +5,15 @@
 //!   into provider-ready messages in the OpenAI Chat Completions or Anthropic Messages shape,
 //!   deterministically, with tool calls and results always paired.
 //!
-//! Next (see the issues): the compaction control loop, the tools, and the supervised actors.
+//! - [`compaction`]: the control loop: soft/hard thresholds, fresh tail, leaf and condensed
+//!   passes with three-level escalation, each applied atomically if its span is unchanged.
+//!
+//! Next (see the issues): the tools and the supervised actors.
 //!
 //! Architecture invariant: the engine reaches storage only through `lcm-store`'s API.
 
 pub mod assembly;
+pub mod compaction;
 
 pub use assembly::{AssembledContext, ContextItem, assemble, render_summary};
+pub use compaction::{CompactionReport, compact, needs_compaction};

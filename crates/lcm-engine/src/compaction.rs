@@ -1,0 +1,337 @@
+//! The compaction control loop (paper sections 2.1 and 2.3).
+//!
+//! A compaction run repeats one **pass** at a time while the context is above its goal:
+//! - a **condensed pass** when `condensed_fanout` summaries of one depth sit side by side in the
+//!   context (the oldest such run), into one summary a level deeper;
+//! - otherwise a **leaf pass** over the oldest raw span outside the fresh tail, up to
+//!   `leaf_chunk_tokens`, ending where no tool call is separated from its result.
+//!
+//! Each pass reads its span, summarises it with three-level escalation (at most two provider
+//! calls; the third level is deterministic), and applies the summary with
+//! [`Store::apply_summary`], which swaps it into the context in the same transaction that
+//! writes it, or refuses if the span changed meanwhile (the pass is then planned again). A run
+//! writes at most `max_passes` summaries, so its provider calls are bounded by twice that.
+//!
+//! Goal and convergence: a run started at the soft threshold aims below it. If the fresh tail
+//! alone keeps the context above the **hard** threshold, the tail is compacted too, down to its
+//! last two messages, so that every run ends under the hard threshold whenever the last two
+//! messages fit in it.
+
+use std::collections::HashSet;
+
+use lcm_core::config::CompactionConfig;
+use lcm_core::ids::{MessageId, SessionId, SummaryId};
+use lcm_core::message::{Message, Part};
+use lcm_core::summary::{ContextState, NewSummary, NodeRef, SummaryKind};
+use lcm_core::tokens::TokenCounter;
+use lcm_llm::summarize::{Summarizer, SummaryRequest, summarize_with_escalation};
+use lcm_store::{ApplyOutcome, Store, StoreError};
+use serde::Serialize;
+
+use crate::assembly::{ContextItem, assemble};
+
+/// Tokens reserved for the header the engine adds to every summary (id, kind, depth, times,
+/// covered ids, files); checked against real renderings in the tests.
+pub const SUMMARY_HEADER_TOKENS: u32 = 120;
+
+/// Smallest useful summary text; spans that cannot beat header + this are left alone.
+const MIN_SUMMARY_TOKENS: u32 = 32;
+
+/// Messages of the tail kept raw even when the hard threshold forces compacting into the tail.
+const MIN_RAW_MESSAGES: usize = 2;
+
+/// What one pass will summarise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pass {
+    Leaf {
+        messages: Vec<MessageId>,
+    },
+    Condensed {
+        depth: u32,
+        summaries: Vec<SummaryId>,
+    },
+}
+
+/// One pass that was applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PassReport {
+    pub summary: SummaryId,
+    pub kind: SummaryKind,
+    pub depth: u32,
+    pub sources: usize,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub level: u8,
+    pub provider_calls: u32,
+}
+
+/// What a compaction run did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompactionReport {
+    pub session: SessionId,
+    pub budget: u64,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    pub passes: Vec<PassReport>,
+    /// Prepared summaries discarded because their span changed before they were applied.
+    pub stale: u32,
+    pub provider_calls: u32,
+    /// Whether the run ended below its goal (the soft threshold).
+    pub reached_goal: bool,
+}
+
+/// Why a compaction could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactionError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("budget must be positive")]
+    ZeroBudget,
+}
+
+/// Whether the context needs compaction at all (above the soft threshold).
+pub fn needs_compaction(tokens: u64, budget: u64, config: &CompactionConfig) -> bool {
+    tokens as f64 > config.soft_threshold * budget as f64
+}
+
+/// Runs passes until the context is under the soft threshold of `budget` (or nothing more can
+/// be compacted), calling `progress` after each applied pass.
+pub async fn compact(
+    store: &Store,
+    session: SessionId,
+    budget: u64,
+    config: &CompactionConfig,
+    summarizer: &dyn Summarizer,
+    mut progress: impl FnMut(&PassReport),
+) -> Result<CompactionReport, CompactionError> {
+    if budget == 0 {
+        return Err(CompactionError::ZeroBudget);
+    }
+    let counter = store.counter();
+    let goal = (config.soft_threshold * budget as f64) as u64;
+    let hard = (config.hard_threshold * budget as f64) as u64;
+    let tokens_before = assemble(store, session)?.tokens;
+    let mut report = CompactionReport {
+        session,
+        budget,
+        tokens_before,
+        tokens_after: tokens_before,
+        passes: Vec::new(),
+        stale: 0,
+        provider_calls: 0,
+        reached_goal: tokens_before <= goal,
+    };
+    let mut attempts = 0;
+    while report.tokens_after > goal && report.passes.len() < config.max_passes {
+        attempts += 1;
+        if attempts > config.max_passes * 2 {
+            break; // Only reachable if spans keep changing under us; never loop forever.
+        }
+        let ctx = assemble(store, session)?;
+        let Some(pass) = plan(&ctx.items, &ctx.state, config, ctx.tokens > hard) else {
+            break;
+        };
+        let (mut request, sources, kind, depth) = prepare(store, &pass, config)?;
+        // The summary must pay for its header too, or the pass would grow the context.
+        if request.input_tokens <= SUMMARY_HEADER_TOKENS + MIN_SUMMARY_TOKENS {
+            break;
+        }
+        request.input_tokens -= SUMMARY_HEADER_TOKENS;
+        let outcome = summarize_with_escalation(summarizer, counter, &request).await;
+        report.provider_calls += outcome.calls;
+        let token_count = counter.count_text(&outcome.text) as u32 + SUMMARY_HEADER_TOKENS;
+        let new = NewSummary {
+            session,
+            kind,
+            depth,
+            content: outcome.text,
+            token_count,
+            sources: sources.clone(),
+            level: outcome.level.number(),
+            model: outcome.model,
+        };
+        match store.apply_summary(new, Vec::new())? {
+            ApplyOutcome::Applied { summary, .. } => {
+                let pass_report = PassReport {
+                    summary: summary.id,
+                    kind,
+                    depth,
+                    sources: sources.len(),
+                    input_tokens: request.input_tokens + SUMMARY_HEADER_TOKENS,
+                    output_tokens: token_count,
+                    level: summary.level,
+                    provider_calls: outcome.calls,
+                };
+                progress(&pass_report);
+                report.passes.push(pass_report);
+            }
+            ApplyOutcome::Stale { .. } => report.stale += 1,
+        }
+        report.tokens_after = assemble(store, session)?.tokens;
+    }
+    report.reached_goal = report.tokens_after <= goal;
+    Ok(report)
+}
+
+/// Chooses the next pass for a context, or `None` when nothing can be compacted.
+/// `over_hard` allows compacting into the fresh tail (down to its last two messages).
+pub fn plan(
+    items: &[ContextItem],
+    _state: &ContextState,
+    config: &CompactionConfig,
+    over_hard: bool,
+) -> Option<Pass> {
+    // Condensed: the oldest run of `fanout` same-depth summaries side by side.
+    let summaries: Vec<(SummaryId, u32)> = items
+        .iter()
+        .filter_map(|i| match i {
+            ContextItem::Summary { summary, .. } => Some((summary.id, summary.depth)),
+            ContextItem::Message(_) => None,
+        })
+        .collect();
+    let fanout = config.condensed_fanout;
+    let mut run_start = 0;
+    for i in 0..summaries.len() {
+        if summaries[i].1 != summaries[run_start].1 {
+            run_start = i;
+        }
+        let depth = summaries[run_start].1;
+        let allowed = config.max_depth.is_none_or(|max| depth < max);
+        if i + 1 - run_start == fanout && allowed {
+            return Some(Pass::Condensed {
+                depth: depth + 1,
+                summaries: summaries[run_start..=i].iter().map(|(id, _)| *id).collect(),
+            });
+        }
+    }
+
+    // Leaf: the oldest raw span outside the fresh tail.
+    let raw: Vec<&Message> = items
+        .iter()
+        .filter_map(|i| match i {
+            ContextItem::Message(m) => Some(m),
+            ContextItem::Summary { .. } => None,
+        })
+        .collect();
+    let keep = if over_hard {
+        MIN_RAW_MESSAGES.min(config.fresh_tail)
+    } else {
+        config.fresh_tail
+    };
+    let eligible = raw.len().saturating_sub(keep);
+    let end = leaf_span_end(&raw[..eligible], config.leaf_chunk_tokens)?;
+    Some(Pass::Leaf {
+        messages: raw[..end].iter().map(|m| m.id).collect(),
+    })
+}
+
+/// The end of the leaf span over `messages` (oldest first): the longest prefix within
+/// `chunk_tokens` (at least one closed prefix) after which no tool call waits for its result.
+fn leaf_span_end(messages: &[&Message], chunk_tokens: u32) -> Option<usize> {
+    let mut open: HashSet<&str> = HashSet::new();
+    let mut tokens = 0u64;
+    let mut best = None;
+    for (i, m) in messages.iter().enumerate() {
+        tokens += u64::from(m.token_count);
+        if tokens > u64::from(chunk_tokens) && best.is_some() {
+            break;
+        }
+        for part in &m.parts {
+            match part {
+                Part::ToolCall { id, .. } => {
+                    open.insert(id.as_str());
+                }
+                Part::ToolResult { call_id, .. } => {
+                    open.remove(call_id.as_str());
+                }
+                _ => {}
+            }
+        }
+        if open.is_empty() {
+            best = Some(i + 1);
+        }
+    }
+    best
+}
+
+/// Reads a pass's sources and renders the text to summarise (reasoning and binary payloads
+/// stripped).
+fn prepare(
+    store: &Store,
+    pass: &Pass,
+    config: &CompactionConfig,
+) -> Result<(SummaryRequest, Vec<NodeRef>, SummaryKind, u32), StoreError> {
+    let reader = store.reader()?;
+    let mut content = String::new();
+    let mut input_tokens = 0u64;
+    let (sources, kind, depth, target) = match pass {
+        Pass::Leaf { messages } => {
+            for id in messages {
+                let m = reader.message(*id)?;
+                input_tokens += u64::from(m.token_count);
+                content.push_str(&format!("[{} {} {}]\n", m.id, m.role, m.created_at));
+                for part in &m.parts {
+                    if let Some(text) = summarisable_text(part) {
+                        content.push_str(&text);
+                        content.push('\n');
+                    }
+                }
+                content.push('\n');
+            }
+            (
+                messages.iter().map(|id| NodeRef::Message(*id)).collect(),
+                SummaryKind::Leaf,
+                0,
+                config.leaf_target_tokens,
+            )
+        }
+        Pass::Condensed { depth, summaries } => {
+            for id in summaries {
+                let s = reader.summary(*id)?;
+                input_tokens += u64::from(s.token_count);
+                content.push_str(&format!(
+                    "[{} depth {} {}..{}]\n{}\n\n",
+                    s.id, s.depth, s.earliest_at, s.latest_at, s.content
+                ));
+            }
+            (
+                summaries.iter().map(|id| NodeRef::Summary(*id)).collect(),
+                SummaryKind::Condensed,
+                *depth,
+                config.condensed_target_tokens,
+            )
+        }
+    };
+    let request = SummaryRequest {
+        content,
+        input_tokens: u32::try_from(input_tokens).unwrap_or(u32::MAX),
+        target_tokens: target,
+        depth,
+    };
+    Ok((request, sources, kind, depth))
+}
+
+/// The text of a part worth summarising: no reasoning, no binary payloads.
+fn summarisable_text(part: &Part) -> Option<String> {
+    match part {
+        Part::Text { text } => Some(text.clone()),
+        Part::Reasoning { .. } | Part::Binary { .. } => None,
+        Part::ToolCall {
+            name, arguments, ..
+        } => Some(format!("tool call {name} {arguments}")),
+        Part::ToolResult {
+            content, is_error, ..
+        } => Some(if *is_error {
+            format!("tool error: {content}")
+        } else {
+            format!("tool result: {content}")
+        }),
+        Part::File { path, .. } => Some(format!("file {path}")),
+        Part::Opaque { kind, .. } => Some(format!("[{kind}]")),
+    }
+}
+
+/// Counts tokens the way compaction does (re-exported for tests and tools).
+pub fn summary_tokens(counter: TokenCounter, content: &str) -> u32 {
+    counter.count_text(content) as u32 + SUMMARY_HEADER_TOKENS
+}

@@ -1,0 +1,275 @@
+//! The compaction control loop: zero-cost below the soft threshold; real sessions replayed turn
+//! by turn under a 32k budget stay under it, and every message stays reachable exactly once;
+//! leaf spans never split a tool call from its result; a misbehaving provider still converges
+//! with bounded calls.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use lcm_core::config::CompactionConfig;
+use lcm_core::formats::{Format, LineContext, LineOutcome, parse_line};
+use lcm_core::ids::{MessageId, SessionId};
+use lcm_core::message::{NewMessage, Part, Role};
+use lcm_core::summary::{NodeRef, SummaryKind};
+use lcm_core::tokens::{Encoding, TokenCounter};
+use lcm_engine::compaction::SUMMARY_HEADER_TOKENS;
+use lcm_engine::{ContextItem, assemble, compact, needs_compaction, render_summary};
+use lcm_llm::extractive::ExtractiveSummarizer;
+use lcm_llm::http::HttpConfig;
+use lcm_llm::openai::OpenAiProvider;
+use lcm_llm::summarize::LlmSummarizer;
+use lcm_llm::testing::{ScriptedReply, ScriptedServer};
+use lcm_store::{Store, StoreOptions};
+
+fn counter() -> TokenCounter {
+    TokenCounter::new(Encoding::O200kBase)
+}
+
+fn store() -> Store {
+    Store::open_in_memory(StoreOptions { counter: counter() }).unwrap()
+}
+
+/// Walks the DAG down from the context: the messages covered, in order, then the raw tail.
+fn reachable(store: &Store, session: SessionId) -> Vec<MessageId> {
+    let ctx = store.context(session).unwrap();
+    let mut out = Vec::new();
+    let mut stack: Vec<NodeRef> = ctx
+        .summaries
+        .iter()
+        .rev()
+        .map(|s| NodeRef::Summary(*s))
+        .collect();
+    while let Some(node) = stack.pop() {
+        match node {
+            NodeRef::Message(id) => out.push(id),
+            NodeRef::Summary(id) => {
+                stack.extend(store.summary(id).unwrap().sources.into_iter().rev())
+            }
+        }
+    }
+    for m in store
+        .session_messages(session, ctx.raw_from..u64::MAX)
+        .unwrap()
+    {
+        out.push(m.id);
+    }
+    out
+}
+
+#[tokio::test]
+async fn below_the_soft_threshold_nothing_is_summarised() {
+    let server = ScriptedServer::start().await;
+    let provider = OpenAiProvider::new(HttpConfig::new(server.url(), "m")).unwrap();
+    let summarizer = LlmSummarizer::new(Arc::new(provider), counter(), "m");
+    let store = store();
+    let s = store.create_session("s", None).unwrap();
+    for i in 0..50 {
+        store
+            .append(
+                s,
+                NewMessage::text(Role::User, format!("short message {i}")),
+            )
+            .unwrap();
+    }
+    let tokens = assemble(&store, s).unwrap().tokens;
+    let budget = tokens * 2;
+    assert!(!needs_compaction(
+        tokens,
+        budget,
+        &CompactionConfig::default()
+    ));
+    let report = compact(
+        &store,
+        s,
+        budget,
+        &CompactionConfig::default(),
+        &summarizer,
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert!(report.passes.is_empty() && report.reached_goal);
+    assert_eq!(
+        server.request_count(),
+        0,
+        "no provider call below the soft threshold"
+    );
+    assert_eq!(store.summary_count().unwrap(), 0);
+}
+
+#[tokio::test]
+async fn real_sessions_turn_by_turn_stay_under_a_32k_budget_and_lose_nothing() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/transcripts/claude-code");
+    if !dir.is_dir() {
+        eprintln!("SKIPPED: {} is absent", dir.display());
+        return;
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "jsonl")
+                && p.file_stem().is_some_and(|s| s.len() == 36)
+        })
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4);
+    let budget = 32_000u64;
+    let config = CompactionConfig::default();
+    let summarizer = ExtractiveSummarizer::new(counter());
+    for file in files {
+        let store = store();
+        let session = store.create_session("replay", None).unwrap();
+        let text = std::fs::read(&file).unwrap();
+        let mut appended = 0;
+        let mut compactions = 0;
+        for (i, line) in text.split(|b| *b == b'\n').enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            let ctx = LineContext {
+                line: i as u64 + 1,
+                default_session_key: "x",
+            };
+            let Ok(LineOutcome::Messages(messages)) = parse_line(Format::ClaudeCode, line, &ctx)
+            else {
+                continue;
+            };
+            for m in messages {
+                store.append(session, m.message).unwrap();
+                appended += 1;
+            }
+            let tokens = assemble(&store, session).unwrap().tokens;
+            if needs_compaction(tokens, budget, &config) {
+                let report = compact(&store, session, budget, &config, &summarizer, |_| {})
+                    .await
+                    .unwrap();
+                compactions += 1;
+                assert_eq!(
+                    report.provider_calls,
+                    report.passes.iter().map(|p| p.provider_calls).sum::<u32>()
+                );
+            }
+            let ctx = assemble(&store, session).unwrap();
+            assert!(
+                ctx.tokens <= budget,
+                "{}: {} tokens over the budget after line {}",
+                file.display(),
+                ctx.tokens,
+                i + 1
+            );
+            // The stored token count of every summary covers its rendering.
+            for item in &ctx.items {
+                if let ContextItem::Summary { summary, rendered } = item {
+                    assert!(
+                        counter().count_text(rendered) as u32 <= summary.token_count + 8,
+                        "{}",
+                        summary.id
+                    );
+                }
+            }
+        }
+        assert!(compactions > 0, "{}: never compacted", file.display());
+        // Every original message is reachable from the context, exactly once, in order.
+        let all: Vec<MessageId> = store
+            .session_messages(session, 0..u64::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.id)
+            .collect();
+        assert_eq!(all.len(), appended);
+        assert_eq!(reachable(&store, session), all, "{}", file.display());
+        // Leaf spans never end between a tool call and its result.
+        for s in store.session_summaries(session).unwrap() {
+            if s.kind != SummaryKind::Leaf {
+                continue;
+            }
+            let mut open = HashSet::new();
+            for source in &s.sources {
+                let NodeRef::Message(id) = source else {
+                    unreachable!()
+                };
+                for part in store.message(*id).unwrap().parts {
+                    match part {
+                        Part::ToolCall { id, .. } => {
+                            open.insert(id);
+                        }
+                        Part::ToolResult { call_id, .. } => {
+                            open.remove(&call_id);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            assert!(
+                open.is_empty(),
+                "{} splits tool calls {open:?} from their results",
+                s.id
+            );
+        }
+        let depths: HashSet<u32> = store
+            .session_summaries(session)
+            .unwrap()
+            .iter()
+            .map(|s| s.depth)
+            .collect();
+        eprintln!(
+            "{}: {appended} messages, {compactions} compactions, depths {depths:?}",
+            file.display()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_provider_that_always_fails_still_converges_with_bounded_calls() {
+    let server = ScriptedServer::start().await;
+    server.set_default(ScriptedReply::garbage("not json"));
+    let provider =
+        OpenAiProvider::new(HttpConfig::new(server.url(), "m").with_max_retries(0)).unwrap();
+    let summarizer = LlmSummarizer::new(Arc::new(provider), counter(), "m");
+    let store = store();
+    let s = store.create_session("s", None).unwrap();
+    for i in 0..120 {
+        let text = format!("message {i}: {}", "lorem ipsum dolor sit amet ".repeat(40));
+        store
+            .append(
+                s,
+                NewMessage::text(
+                    if i % 2 == 0 {
+                        Role::User
+                    } else {
+                        Role::Assistant
+                    },
+                    text,
+                ),
+            )
+            .unwrap();
+    }
+    let budget = 8_000;
+    let config = CompactionConfig {
+        fresh_tail: 4,
+        leaf_chunk_tokens: 3_000,
+        ..CompactionConfig::default()
+    };
+    let report = compact(&store, s, budget, &config, &summarizer, |_| {})
+        .await
+        .unwrap();
+    assert!(report.reached_goal, "{report:?}");
+    assert!(report.passes.iter().all(|p| p.level == 3));
+    assert!(report.provider_calls <= 2 * report.passes.len() as u32);
+    // The circuit breaker opens after five failures: later calls fail fast without a request.
+    assert!(server.request_count() as u32 <= report.provider_calls);
+    assert!(server.request_count() >= 5);
+    let ctx = assemble(&store, s).unwrap();
+    assert!(ctx.tokens <= (config.soft_threshold * budget as f64) as u64);
+    // Level-3 summaries say what was cut.
+    let first = store.session_summaries(s).unwrap().remove(0);
+    assert!(
+        render_summary(&first).contains("truncated from"),
+        "{}",
+        first.content
+    );
+    assert!(first.token_count >= SUMMARY_HEADER_TOKENS);
+}
