@@ -59,6 +59,56 @@ fn demo_imports_twice_and_finds_the_ticket() {
             .unwrap()
             .is_empty()
     );
+    // The demo compacts the example for a tiny window and nothing is lost.
+    let compaction = &out["compaction"];
+    assert!(compaction["tokens_after"].as_u64() < compaction["tokens_before"].as_u64());
+    assert!(!compaction["passes"].as_array().unwrap().is_empty());
+    assert_eq!(out["context"]["reachable_messages"].as_u64(), Some(first));
+}
+
+#[test]
+fn compact_dag_describe_and_context() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    json(&lcm(
+        dir,
+        &["import", "--json", example().to_str().unwrap()],
+    ));
+    // Under the soft threshold nothing happens.
+    let idle = json(&lcm(
+        dir,
+        &["compact", "--json", "ses_0", "--budget", "100000"],
+    ));
+    assert_eq!(idle["passes"].as_array().unwrap().len(), 0);
+    assert_eq!(idle["provider_calls"], 0);
+    // Over it, summaries are written and the context shrinks under the hard threshold.
+    let report = json(&lcm(
+        dir,
+        &["compact", "--json", "ses_0", "--budget", "700"],
+    ));
+    assert!(!report["passes"].as_array().unwrap().is_empty());
+    assert!(report["tokens_after"].as_u64().unwrap() <= 630, "{report}");
+    let dag = json(&lcm(dir, &["dag", "--json", "ses_0"]));
+    let top = dag["context"]["summaries"][0].as_str().unwrap().to_owned();
+    let described = json(&lcm(dir, &["describe", "--json", &top]));
+    assert_eq!(described["summary"]["id"], top.as_str());
+    assert!(described["compression_ratio"].as_f64().unwrap() > 1.0);
+    let first_source = described["summary"]["sources"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let message = json(&lcm(dir, &["describe", "--json", &first_source]));
+    assert_eq!(message["covered_by"], top.as_str());
+    let header = format!("<lcm_summary id=\"{top}\"");
+    for format in ["openai", "anthropic"] {
+        let ctx = json(&lcm(
+            dir,
+            &["context", "ses_0", "--budget", "700", "--format", format],
+        ));
+        assert!(ctx["tokens"].as_u64().unwrap() <= 630);
+        let body = ctx["body"].to_string();
+        assert!(body.contains(&header.replace('"', "\\\"")), "{body}");
+    }
 }
 
 #[test]

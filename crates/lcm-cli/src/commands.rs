@@ -152,7 +152,7 @@ fn parse_time(s: &str) -> Result<Timestamp, String> {
 }
 
 /// A session given as `ses_N` or as its key.
-fn resolve_session(data: &DataDir, given: &str) -> Result<SessionId> {
+pub fn resolve_session(data: &DataDir, given: &str) -> Result<SessionId> {
     if let Ok(id) = given.parse::<SessionId>() {
         data.store.session(id)?;
         return Ok(id);

@@ -2,12 +2,17 @@
 //!
 //! Imports the example Claude Code transcript shipped with lcm (embedded in the binary, so the
 //! command works from any directory), imports it a second time to show that import is
-//! idempotent, then runs a regex grep and a ranked full-text grep and prints the hits.
+//! idempotent, runs a regex grep and a ranked full-text grep, then compacts the session for a
+//! deliberately tiny window (the example is short) and prints the summary DAG and the assembled
+//! context.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, ensure};
 use clap::Args;
+use lcm_core::config::CompactionConfig;
+use lcm_core::summary::NodeRef;
+use lcm_engine::{assemble, compact};
 use lcm_store::import::{ImportOptions, import_file};
 use lcm_store::{GrepMode, GrepRequest, Scope};
 
@@ -30,6 +35,22 @@ pub struct DemoArgs {
     /// Keep the data in this directory instead of a fresh temporary one.
     #[arg(long)]
     pub keep_in: Option<PathBuf>,
+    /// The window the example is compacted for, in tokens (the example holds about 1,000).
+    #[arg(long, default_value_t = 700)]
+    pub budget: u64,
+}
+
+/// Compaction settings scaled down to a 22-message example (the defaults are for real
+/// sessions: a 32-message fresh tail and 20,000-token leaf spans).
+fn demo_compaction() -> CompactionConfig {
+    CompactionConfig {
+        fresh_tail: 6,
+        leaf_chunk_tokens: 450,
+        leaf_target_tokens: 60,
+        condensed_fanout: 2,
+        condensed_target_tokens: 80,
+        ..CompactionConfig::default()
+    }
 }
 
 pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
@@ -75,6 +96,45 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
     let regex_page = search(&args.regex, GrepMode::Regex)?;
     let words_page = search(&args.words, GrepMode::FullText)?;
 
+    let session = first
+        .sessions
+        .first()
+        .map(|s| s.id)
+        .context("the example holds no session")?;
+    let summarizer = lcm_llm::summarizer_from_config(&app.config.llm, data.store.counter())?;
+    let report = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(compact(
+            &data.store,
+            session,
+            args.budget,
+            &demo_compaction(),
+            summarizer.as_ref(),
+            |_| {},
+        ))?;
+    let context = assemble(&data.store, session)?;
+    // Every message is still reachable: from the context's summaries down to messages, then the
+    // raw tail.
+    let mut reachable = 0u64;
+    let mut stack: Vec<NodeRef> = context
+        .state
+        .summaries
+        .iter()
+        .map(|s| NodeRef::Summary(*s))
+        .collect();
+    while let Some(node) = stack.pop() {
+        match node {
+            NodeRef::Message(_) => reachable += 1,
+            NodeRef::Summary(id) => stack.extend(data.store.summary(id)?.sources),
+        }
+    }
+    reachable += data.store.session(session)?.message_count - context.state.raw_from;
+    ensure!(
+        reachable == data.store.session(session)?.message_count,
+        "a message is not reachable from the context"
+    );
+
     if app.json {
         print_json(&serde_json::json!({
             "data_dir": dir,
@@ -82,6 +142,8 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
             "second_import": second,
             "regex": { "pattern": args.regex, "page": regex_page },
             "full_text": { "query": args.words, "page": words_page },
+            "compaction": report,
+            "context": { "tokens": context.tokens, "state": context.state, "reachable_messages": reachable },
         }))?;
     } else {
         println!("data directory: {}", dir.display());
@@ -117,6 +179,28 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
             );
         }
         println!(
+            "\nlcm compact {session} --budget {}: {} -> {} tokens, {} summaries, {} provider calls ({})",
+            args.budget,
+            report.tokens_before,
+            report.tokens_after,
+            report.passes.len(),
+            report.provider_calls,
+            summarizer.model()
+        );
+        println!("lcm dag {session}:");
+        for id in &context.state.summaries {
+            print_tree(&data, *id, 1)?;
+        }
+        println!(
+            "  raw tail: {} messages",
+            data.store.session(session)?.message_count - context.state.raw_from
+        );
+        println!(
+            "lcm context {session}: {} items, {} tokens; all {reachable} messages reachable through the DAG",
+            context.items.len(),
+            context.tokens
+        );
+        println!(
             "\nTry: lcm --data-dir {} show {}",
             dir.display(),
             regex_page
@@ -124,6 +208,29 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
                 .first()
                 .map_or_else(|| "msg_0".to_owned(), |h| h.message.to_string())
         );
+    }
+    Ok(())
+}
+
+fn print_tree(
+    data: &lcm_store::DataDir,
+    id: lcm_core::ids::SummaryId,
+    indent: usize,
+) -> Result<()> {
+    let s = data.store.summary(id)?;
+    println!(
+        "{}{} {} depth {}: {} tokens for {} messages",
+        "  ".repeat(indent),
+        s.id,
+        s.kind.as_str(),
+        s.depth,
+        s.token_count,
+        s.descendant_messages
+    );
+    for source in &s.sources {
+        if let NodeRef::Summary(child) = source {
+            print_tree(data, *child, indent + 1)?;
+        }
     }
     Ok(())
 }

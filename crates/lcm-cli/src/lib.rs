@@ -5,6 +5,7 @@
 //! for scripts. Errors go to stderr with a non-zero exit code.
 
 mod commands;
+mod dag_commands;
 mod demo;
 mod output;
 
@@ -50,6 +51,14 @@ pub enum Command {
     Stats,
     /// Rebuild the search index from the store.
     Reindex,
+    /// Run the compaction control loop on a session now.
+    Compact(dag_commands::CompactArgs),
+    /// Print a session's assembled context (compacting first if it is over the soft threshold).
+    Context(dag_commands::ContextArgs),
+    /// Print a session's summary DAG as a tree.
+    Dag(dag_commands::SessionArg),
+    /// Describe a summary or a message: metadata, lineage, content.
+    Describe(dag_commands::DescribeArgs),
     /// Import the example transcript shipped with lcm into a fresh data directory and grep it.
     Demo(demo::DemoArgs),
 }
@@ -63,6 +72,7 @@ pub enum Mode {
 
 /// Runs the CLI with the process arguments; the process exit code.
 pub fn run() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     init_tracing();
     match execute(cli) {
@@ -71,6 +81,16 @@ pub fn run() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `lcm grep x | head` should end quietly when `head` closes the pipe, as other Unix tools do;
+/// Rust ignores SIGPIPE by default, which turns a closed pipe into a panic in `println!`.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: setting the disposition of SIGPIPE to its default before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
@@ -93,6 +113,10 @@ pub fn execute(cli: Cli) -> Result<()> {
         Command::Sessions => commands::sessions(&ctx),
         Command::Stats => commands::stats(&ctx),
         Command::Reindex => commands::reindex(&ctx),
+        Command::Compact(args) => dag_commands::compact_cmd(&ctx, args),
+        Command::Context(args) => dag_commands::context_cmd(&ctx, args),
+        Command::Dag(args) => dag_commands::dag_cmd(&ctx, args),
+        Command::Describe(args) => dag_commands::describe_cmd(&ctx, args),
         Command::Demo(args) => demo::run(&ctx, args),
     }
 }

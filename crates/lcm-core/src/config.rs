@@ -29,6 +29,7 @@ pub struct Config {
     pub search: SearchConfig,
     pub import: ImportConfig,
     pub compaction: CompactionConfig,
+    pub llm: LlmConfig,
 }
 
 impl Config {
@@ -181,6 +182,47 @@ pub struct ImportConfig {
 impl Default for ImportConfig {
     fn default() -> Self {
         ImportConfig { batch_size: 5_000 }
+    }
+}
+
+/// Which summariser compaction uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// The deterministic extractive summariser: no network, no key.
+    #[default]
+    Extractive,
+    /// An OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, llama.cpp, Ollama, ...).
+    Openai,
+    /// The Anthropic Messages API.
+    Anthropic,
+}
+
+/// The language model used for summaries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    /// `extractive` (default), `openai` or `anthropic`.
+    pub provider: ProviderKind,
+    /// Base URL of the API (e.g. `http://127.0.0.1:8080/v1`). Empty: the provider's public URL.
+    pub base_url: String,
+    /// Model name sent to the provider.
+    pub model: String,
+    /// Per-call timeout, seconds.
+    pub timeout_s: u64,
+    /// Retries on 429, 5xx, timeouts and transport errors (with backoff and jitter).
+    pub max_retries: u32,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            provider: ProviderKind::Extractive,
+            base_url: String::new(),
+            model: String::new(),
+            timeout_s: 60,
+            max_retries: 3,
+        }
     }
 }
 

@@ -14,15 +14,17 @@
 //!
 //! Goal and convergence: a run started at the soft threshold aims below it. If the fresh tail
 //! alone keeps the context above the **hard** threshold, the tail is compacted too, down to its
-//! last two messages, so that every run ends under the hard threshold whenever the last two
-//! messages fit in it.
+//! last two messages; and if no raw span is left, the oldest summaries are condensed again (a
+//! single one included), each pass at least halving what it covers. So every run ends under the
+//! hard threshold whenever the last two messages fit in it. Summary targets never exceed a third
+//! of the input, so small spans shrink too.
 
 use std::collections::HashSet;
 
 use lcm_core::config::CompactionConfig;
 use lcm_core::ids::{MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part};
-use lcm_core::summary::{ContextState, NewSummary, NodeRef, SummaryKind};
+use lcm_core::summary::{NewSummary, NodeRef, SummaryKind};
 use lcm_core::tokens::TokenCounter;
 use lcm_llm::summarize::{Summarizer, SummaryRequest, summarize_with_escalation};
 use lcm_store::{ApplyOutcome, Store, StoreError};
@@ -128,7 +130,7 @@ pub async fn compact(
             break; // Only reachable if spans keep changing under us; never loop forever.
         }
         let ctx = assemble(store, session)?;
-        let Some(pass) = plan(&ctx.items, &ctx.state, config, ctx.tokens > hard) else {
+        let Some(pass) = plan(&ctx.items, config, ctx.tokens > hard) else {
             break;
         };
         let (mut request, sources, kind, depth) = prepare(store, &pass, config)?;
@@ -175,12 +177,7 @@ pub async fn compact(
 
 /// Chooses the next pass for a context, or `None` when nothing can be compacted.
 /// `over_hard` allows compacting into the fresh tail (down to its last two messages).
-pub fn plan(
-    items: &[ContextItem],
-    _state: &ContextState,
-    config: &CompactionConfig,
-    over_hard: bool,
-) -> Option<Pass> {
+pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -> Option<Pass> {
     // Condensed: the oldest run of `fanout` same-depth summaries side by side.
     let summaries: Vec<(SummaryId, u32)> = items
         .iter()
@@ -219,10 +216,29 @@ pub fn plan(
         config.fresh_tail
     };
     let eligible = raw.len().saturating_sub(keep);
-    let end = leaf_span_end(&raw[..eligible], config.leaf_chunk_tokens)?;
-    Some(Pass::Leaf {
-        messages: raw[..end].iter().map(|m| m.id).collect(),
-    })
+    if let Some(end) = leaf_span_end(&raw[..eligible], config.leaf_chunk_tokens) {
+        return Some(Pass::Leaf {
+            messages: raw[..end].iter().map(|m| m.id).collect(),
+        });
+    }
+
+    // Above the hard threshold with no raw span left: condense the oldest run of same-depth
+    // summaries even if it is shorter than the fanout (a single summary is re-summarised one
+    // level deeper). Every pass at least halves what it covers, so this converges; the hard
+    // threshold takes precedence over `max_depth`.
+    if over_hard && let Some((_, depth)) = summaries.first() {
+        let run: Vec<SummaryId> = summaries
+            .iter()
+            .take_while(|(_, d)| d == depth)
+            .take(fanout)
+            .map(|(id, _)| *id)
+            .collect();
+        return Some(Pass::Condensed {
+            depth: depth + 1,
+            summaries: run,
+        });
+    }
+    None
 }
 
 /// The end of the leaf span over `messages` (oldest first): the longest prefix within
@@ -302,6 +318,11 @@ fn prepare(
             )
         }
     };
+    // A summary aims at the configured size, but never above a third of what it replaces, so
+    // that small spans shrink too.
+    let target = target
+        .min(u32::try_from(input_tokens / 3).unwrap_or(u32::MAX))
+        .max(MIN_SUMMARY_TOKENS);
     let request = SummaryRequest {
         content,
         input_tokens: u32::try_from(input_tokens).unwrap_or(u32::MAX),

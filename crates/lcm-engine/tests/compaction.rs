@@ -273,3 +273,52 @@ async fn a_provider_that_always_fails_still_converges_with_bounded_calls() {
     );
     assert!(first.token_count >= SUMMARY_HEADER_TOKENS);
 }
+
+#[tokio::test]
+async fn every_run_ends_under_the_hard_threshold_when_the_last_two_messages_fit() {
+    let summarizer = ExtractiveSummarizer::new(counter());
+    let config = CompactionConfig::default();
+    for (messages, budget) in [
+        (10usize, 600u64),
+        (22, 700),
+        (60, 900),
+        (200, 1_500),
+        (200, 700),
+    ] {
+        let store = store();
+        let s = store.create_session("s", None).unwrap();
+        for i in 0..messages {
+            let text = format!(
+                "turn {i}: we decided to keep file src/module_{i}.rs and fix error E{i:04} next. {}",
+                "Some narrative detail follows here. ".repeat(3 + i % 5)
+            );
+            let role = if i % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            };
+            store.append(s, NewMessage::text(role, text)).unwrap();
+        }
+        let last_two: u64 = store
+            .session_messages(s, (messages as u64 - 2)..u64::MAX)
+            .unwrap()
+            .iter()
+            .map(|m| u64::from(m.token_count))
+            .sum();
+        let hard = (config.hard_threshold * budget as f64) as u64;
+        assert!(
+            last_two < hard,
+            "test setup: the last two messages must fit"
+        );
+        let report = compact(&store, s, budget, &config, &summarizer, |_| {})
+            .await
+            .unwrap();
+        let tokens = assemble(&store, s).unwrap().tokens;
+        assert!(
+            tokens <= hard,
+            "{messages} messages, budget {budget}: {tokens} > {hard}: {report:?}"
+        );
+        assert_eq!(reachable(&store, s).len(), messages);
+        assert!(report.passes.len() <= config.max_passes);
+    }
+}

@@ -24,6 +24,7 @@
 
 pub mod anthropic;
 pub mod extractive;
+pub mod from_config;
 pub mod http;
 pub mod openai;
 pub mod prompts;
@@ -35,6 +36,7 @@ mod truncate;
 
 pub use anthropic::AnthropicProvider;
 pub use extractive::ExtractiveSummarizer;
+pub use from_config::summarizer_from_config;
 pub use http::HttpConfig;
 pub use openai::OpenAiProvider;
 pub use provider::{ChatMessage, ChatRole, Completion, CompletionRequest, Provider, ProviderError};
