@@ -4,7 +4,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use lcm_core::ids::{AnyId, SessionId};
 use lcm_core::summary::{NodeRef, Summary};
-use lcm_engine::{assemble, compact, needs_compaction};
+use lcm_engine::{assemble, compact, effective_budget, needs_compaction};
 use lcm_store::DataDir;
 
 use crate::App;
@@ -18,7 +18,8 @@ const DEFAULT_BUDGET: u64 = 32_000;
 pub struct CompactArgs {
     /// The session (`ses_N` or its key).
     pub session: String,
-    /// The context window to compact for, in tokens.
+    /// The context window to compact for, in tokens (the configured safety margin is kept
+    /// free).
     #[arg(long, default_value_t = DEFAULT_BUDGET)]
     pub budget: u64,
 }
@@ -70,6 +71,8 @@ fn run_compaction(
 ) -> Result<lcm_engine::CompactionReport> {
     let summarizer = lcm_llm::summarizer_from_config(&app.config.llm, data.store.counter())
         .context("cannot set up the summariser (see [llm] in the configuration)")?;
+    // Work against the window less the safety margin for tokenizers that are not public.
+    let budget = effective_budget(budget, app.config.tokenizer.safety_margin);
     let before = assemble(&data.store, session)?.tokens;
     let goal = (app.config.compaction.soft_threshold * budget as f64) as u64;
     let bar = count_bar(app.quiet, "compacting", before.saturating_sub(goal));
@@ -129,7 +132,8 @@ pub fn context_cmd(app: &App, args: &ContextArgs) -> Result<()> {
     let data = app.open()?;
     let session = resolve_session(&data, &args.session)?;
     let tokens = assemble(&data.store, session)?.tokens;
-    if needs_compaction(tokens, args.budget, &app.config.compaction) {
+    let budget = effective_budget(args.budget, app.config.tokenizer.safety_margin);
+    if needs_compaction(tokens, budget, &app.config.compaction) {
         run_compaction(app, &data, session, args.budget)?;
     }
     let ctx = assemble(&data.store, session)?;

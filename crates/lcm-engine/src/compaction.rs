@@ -91,6 +91,13 @@ pub enum CompactionError {
     ZeroBudget,
 }
 
+/// The budget compaction and assembly work against: the model's window less the configured
+/// safety margin (`tokenizer.safety_margin`), which absorbs the difference between our counts and
+/// a provider's for models whose tokenizer is not public.
+pub fn effective_budget(window: u64, safety_margin: f64) -> u64 {
+    ((window as f64) * (1.0 - safety_margin.clamp(0.0, 0.5))).floor() as u64
+}
+
 /// Whether the context needs compaction at all (above the soft threshold).
 pub fn needs_compaction(tokens: u64, budget: u64, config: &CompactionConfig) -> bool {
     tokens as f64 > config.soft_threshold * budget as f64

@@ -16,4 +16,4 @@ pub mod assembly;
 pub mod compaction;
 
 pub use assembly::{AssembledContext, ContextItem, assemble, render_summary};
-pub use compaction::{CompactionReport, compact, needs_compaction};
+pub use compaction::{CompactionReport, compact, effective_budget, needs_compaction};

@@ -322,3 +322,12 @@ async fn every_run_ends_under_the_hard_threshold_when_the_last_two_messages_fit(
         assert!(report.passes.len() <= config.max_passes);
     }
 }
+
+#[test]
+fn the_safety_margin_is_kept_free() {
+    use lcm_engine::effective_budget;
+    assert_eq!(effective_budget(32_000, 0.05), 30_400);
+    assert_eq!(effective_budget(32_000, 0.0), 32_000);
+    // Out-of-range margins are clamped (the configuration rejects them anyway).
+    assert_eq!(effective_budget(1_000, 0.9), 500);
+}
