@@ -4,11 +4,15 @@
 //! context window. This facade re-exports the public API of the workspace's crates:
 //!
 //! - [`core`]: ids, the message model, configuration, token counting, transcript formats;
-//! - [`store`]: the immutable redb store, the derived tantivy index, grep, import.
+//! - [`store`]: the immutable redb store, the derived tantivy index, grep, import, the summary DAG;
+//! - [`llm`]: providers, the extractive summariser, three-level escalation;
+//! - [`engine`]: context assembly and the compaction control loop.
 //!
 //! See `docs/ARCHITECTURE.md` for the layers and their invariants.
 
 pub use lcm_core as core;
+pub use lcm_engine as engine;
+pub use lcm_llm as llm;
 pub use lcm_store as store;
 
 pub use lcm_core::{
