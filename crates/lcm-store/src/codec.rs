@@ -28,6 +28,27 @@ pub fn encode<T: bincode::Encode>(record: &T) -> Vec<u8> {
 
 /// Decodes a record written by [`encode`].
 pub fn decode<T: bincode::Decode<()>>(table: &'static str, bytes: &[u8]) -> Result<T> {
+    let body = body(table, bytes)?;
+    let decoded = bincode::decode_from_slice(body, CONFIG);
+    finish(table, body, decoded)
+}
+
+/// Decodes a record written by [`encode`] into a type that borrows from `bytes` (a view with
+/// `&str` where the record has `String`: bincode writes both the same way). Same checks and
+/// errors as [`decode`].
+#[inline]
+pub fn decode_borrowed<'a, T: bincode::BorrowDecode<'a, ()>>(
+    table: &'static str,
+    bytes: &'a [u8],
+) -> Result<T> {
+    let body = body(table, bytes)?;
+    let decoded = bincode::borrow_decode_from_slice(body, CONFIG);
+    finish(table, body, decoded)
+}
+
+/// The record after its version byte, if this build can read that version.
+#[inline]
+fn body<'a>(table: &'static str, bytes: &'a [u8]) -> Result<&'a [u8]> {
     let Some((&version, body)) = bytes.split_first() else {
         return Err(StoreError::Corrupt {
             table,
@@ -40,11 +61,20 @@ pub fn decode<T: bincode::Decode<()>>(table: &'static str, bytes: &[u8]) -> Resu
             supported: u32::from(SCHEMA_VERSION),
         });
     }
-    let (record, used) =
-        bincode::decode_from_slice(body, CONFIG).map_err(|e| StoreError::Corrupt {
-            table,
-            detail: e.to_string(),
-        })?;
+    Ok(body)
+}
+
+/// The decoded record, if decoding worked and used the whole body.
+#[inline]
+fn finish<T>(
+    table: &'static str,
+    body: &[u8],
+    decoded: std::result::Result<(T, usize), bincode::error::DecodeError>,
+) -> Result<T> {
+    let (record, used) = decoded.map_err(|e| StoreError::Corrupt {
+        table,
+        detail: e.to_string(),
+    })?;
     if used != body.len() {
         return Err(StoreError::Corrupt {
             table,

@@ -28,6 +28,7 @@ use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
 use crate::store::{Store, StoreReader};
 use crate::trigram;
+use crate::view::MessageRecordView;
 
 /// Longest pattern accepted.
 const MAX_PATTERN_LEN: usize = 4_096;
@@ -55,10 +56,18 @@ pub struct Scope {
 
 impl Scope {
     fn admits(&self, m: &Message) -> bool {
-        self.session.is_none_or(|s| s == m.session)
-            && (self.roles.is_empty() || self.roles.contains(&m.role))
-            && self.since.is_none_or(|t| m.created_at >= t)
-            && self.before.is_none_or(|t| m.created_at < t)
+        self.admits_fields(m.session, m.role, m.created_at)
+    }
+
+    fn admits_view(&self, m: &MessageRecordView<'_>) -> bool {
+        self.admits_fields(SessionId(m.session), m.role, m.created_at)
+    }
+
+    fn admits_fields(&self, session: SessionId, role: Role, created_at: Timestamp) -> bool {
+        self.session.is_none_or(|s| s == session)
+            && (self.roles.is_empty() || self.roles.contains(&role))
+            && self.since.is_none_or(|t| created_at >= t)
+            && self.before.is_none_or(|t| created_at < t)
     }
 }
 
@@ -187,14 +196,7 @@ fn regex_grep(
         Strategy::Scan
     } else {
         let candidates = index.regex_candidates(&plan, scope, after)?;
-        for id in candidates {
-            if collector.full() {
-                break;
-            }
-            if let Some(m) = reader.try_message(id)? {
-                collector.offer(m, scope);
-            }
-        }
+        reader.scan_views_of(candidates, |id, m| collector.offer(id, m, scope))?;
         // Not yet indexed: scan.
         if !collector.full() {
             let tail = index.unindexed(end);
@@ -232,15 +234,8 @@ fn scan(
             Some(m) if m.session == session => m.seq + 1,
             _ => 0,
         };
-        return reader.for_each_in_session(session, first_seq..u64::MAX, |m| {
-            if m.id >= start && m.id < ids.end {
-                collector.offer(m, scope);
-            }
-            if collector.full() {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
+        return reader.scan_session_views(session, first_seq..u64::MAX, start..ids.end, |id, m| {
+            collector.offer(id, m, scope)
         });
     }
     scan_parallel(store, scope, start..ids.end, collector)
@@ -277,10 +272,12 @@ fn scan_parallel(
                             return Ok((hits, examined));
                         }
                         let reader = store.reader()?;
-                        reader.for_each_message(MessageId(lo)..MessageId(hi), |m| {
-                            if scope.admits(&m) {
+                        let mut scratch = String::new();
+                        reader.scan_views(MessageId(lo)..MessageId(hi), |id, m| {
+                            if scope.admits_view(m) {
                                 examined += 1;
-                                if let Some(hit) = regex_hit(regex, &m, snippet_chars) {
+                                let text = m.search_text_in(&mut scratch);
+                                if let Some(hit) = regex_hit(regex, id, m, text, snippet_chars) {
                                     hits.push(hit);
                                 }
                             }
@@ -313,18 +310,24 @@ fn scan_parallel(
     Ok(())
 }
 
-/// The hit for `m` if `regex` matches its text.
-fn regex_hit(regex: &Regex, m: &Message, snippet_chars: usize) -> Option<GrepHit> {
-    let text = m.search_text();
-    let first = regex.find(&text)?;
-    let matches = regex.find_iter(&text).take(MAX_COUNTED_MATCHES).count();
+/// The hit for message `id` if `regex` matches its searchable `text`. Nothing is allocated
+/// unless it matches.
+fn regex_hit(
+    regex: &Regex,
+    id: MessageId,
+    m: &MessageRecordView<'_>,
+    text: &str,
+    snippet_chars: usize,
+) -> Option<GrepHit> {
+    let first = regex.find(text)?;
+    let matches = regex.find_iter(text).take(MAX_COUNTED_MATCHES).count();
     Some(GrepHit {
-        message: m.id,
-        session: m.session,
+        message: id,
+        session: SessionId(m.session),
         seq: m.seq,
         role: m.role,
         created_at: m.created_at,
-        snippet: snippet(&text, first.start(), first.end(), snippet_chars),
+        snippet: snippet(text, first.start(), first.end(), snippet_chars),
         matches,
         score: None,
     })
@@ -337,6 +340,8 @@ struct HitCollector<'r> {
     hits: Vec<GrepHit>,
     examined: u64,
     last_hit: Option<MessageId>,
+    /// Reused for the searchable text of multi-part messages.
+    scratch: String,
 }
 
 impl<'r> HitCollector<'r> {
@@ -348,6 +353,7 @@ impl<'r> HitCollector<'r> {
             hits: Vec::new(),
             examined: 0,
             last_hit: None,
+            scratch: String::new(),
         }
     }
 
@@ -355,13 +361,24 @@ impl<'r> HitCollector<'r> {
         self.hits.len() >= self.limit
     }
 
-    fn offer(&mut self, m: Message, scope: &Scope) {
-        if !scope.admits(&m) {
-            return;
+    /// Tests message `id` if it is in scope; says whether to go on (`Break` once full).
+    fn offer(
+        &mut self,
+        id: MessageId,
+        m: &MessageRecordView<'_>,
+        scope: &Scope,
+    ) -> ControlFlow<()> {
+        if scope.admits_view(m) {
+            self.examined += 1;
+            let text = m.search_text_in(&mut self.scratch);
+            if let Some(hit) = regex_hit(self.regex, id, m, text, self.snippet_chars) {
+                self.push(hit);
+            }
         }
-        self.examined += 1;
-        if let Some(hit) = regex_hit(self.regex, &m, self.snippet_chars) {
-            self.push(hit);
+        if self.full() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
     }
 

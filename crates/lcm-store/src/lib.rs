@@ -5,7 +5,7 @@
 //!   append-only, atomic batches.
 //! - [`index`]: the tantivy index (words for BM25, trigrams for regex), derived from the store,
 //!   rebuildable from it, with a watermark.
-//! - [`grep`]: regex and full-text search over both, complete and exact.
+//! - [`mod@grep`]: regex and full-text search over both, complete and exact.
 //! - [`import`]: importing transcripts (Claude Code, OpenAI, lcm JSONL), idempotently.
 //!
 //! Architecture invariant: this crate knows nothing of actors, providers or compaction policy.
@@ -22,6 +22,7 @@ pub mod index;
 pub mod store;
 pub mod tables;
 pub mod trigram;
+mod view;
 
 pub use dag::{ApplyOutcome, span_fingerprint};
 pub use data_dir::DataDir;

@@ -22,6 +22,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableT
 use crate::codec::{self, SCHEMA_VERSION};
 use crate::error::{Result, StoreError};
 use crate::tables::{self, meta};
+use crate::view::MessageRecordView;
 
 /// A message as stored (everything but its id, which is the key, and its original).
 #[derive(Debug, Clone, bincode::Encode, bincode::Decode)]
@@ -592,22 +593,11 @@ impl StoreReader {
         seqs: Range<u64>,
         mut visit: impl FnMut(Message) -> ControlFlow<()>,
     ) -> Result<()> {
-        self.session(session)?;
-        let index = self.txn.open_table(tables::SESSION_MESSAGES)?;
-        let records = self.txn.open_table(tables::MESSAGES)?;
-        for entry in index.range((session.0, seqs.start)..(session.0, seqs.end))? {
-            let (_, id) = entry?;
-            let id = id.value();
-            let bytes = records.get(id)?.ok_or_else(|| StoreError::Corrupt {
-                table: "session_messages",
-                detail: format!("points at missing message msg_{id}"),
-            })?;
-            let record: MessageRecord = codec::decode("messages", bytes.value())?;
-            if visit(record.into_message(id)).is_break() {
-                break;
-            }
-        }
-        Ok(())
+        let every = MessageId(0)..MessageId(u64::MAX);
+        self.session_records(session, seqs, every, |id, bytes| {
+            let record: MessageRecord = codec::decode("messages", bytes)?;
+            Ok(visit(record.into_message(id.0)))
+        })
     }
 
     /// Visits every message with an id in `ids`, in id order (append order across sessions).
@@ -616,11 +606,103 @@ impl StoreReader {
         ids: Range<MessageId>,
         mut visit: impl FnMut(Message) -> ControlFlow<()>,
     ) -> Result<()> {
+        self.range_records(ids, |id, bytes| {
+            let record: MessageRecord = codec::decode("messages", bytes)?;
+            Ok(visit(record.into_message(id.0)))
+        })
+    }
+
+    /// Like [`Self::for_each_message`], but each message is a view borrowing the stored bytes:
+    /// nothing is allocated for a message the visitor only looks at.
+    pub(crate) fn scan_views(
+        &self,
+        ids: Range<MessageId>,
+        mut visit: impl FnMut(MessageId, &MessageRecordView<'_>) -> ControlFlow<()>,
+    ) -> Result<()> {
+        self.range_records(ids, |id, bytes| {
+            let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
+            Ok(visit(id, &view))
+        })
+    }
+
+    /// Like [`Self::for_each_in_session`], with views (see [`Self::scan_views`]), and only for
+    /// the messages with ids in `ids` (the others are not read).
+    pub(crate) fn scan_session_views(
+        &self,
+        session: SessionId,
+        seqs: Range<u64>,
+        ids: Range<MessageId>,
+        mut visit: impl FnMut(MessageId, &MessageRecordView<'_>) -> ControlFlow<()>,
+    ) -> Result<()> {
+        self.session_records(session, seqs, ids, |id, bytes| {
+            let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
+            Ok(visit(id, &view))
+        })
+    }
+
+    /// Views of the messages `ids` that exist, in the order given (see [`Self::scan_views`]).
+    pub(crate) fn scan_views_of(
+        &self,
+        ids: impl IntoIterator<Item = MessageId>,
+        mut visit: impl FnMut(MessageId, &MessageRecordView<'_>) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let records = self.txn.open_table(tables::MESSAGES)?;
+        for id in ids {
+            let Some(bytes) = records.get(id.0)? else {
+                continue;
+            };
+            let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes.value())?;
+            if visit(id, &view).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored bytes of every message with an id in `ids`, in id order; the bytes live as
+    /// long as one call of `visit`.
+    fn range_records(
+        &self,
+        ids: Range<MessageId>,
+        mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
         let records = self.txn.open_table(tables::MESSAGES)?;
         for entry in records.range(ids.start.0..ids.end.0)? {
             let (id, bytes) = entry?;
-            let record: MessageRecord = codec::decode("messages", bytes.value())?;
-            if visit(record.into_message(id.value())).is_break() {
+            if visit(MessageId(id.value()), bytes.value())?.is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored bytes of the messages of `session` with sequence numbers in `seqs` and ids
+    /// in `ids`, in order; the bytes live as long as one call of `visit`. (Ids grow with the
+    /// sequence within a session, so the walk ends at the first id past `ids`.)
+    fn session_records(
+        &self,
+        session: SessionId,
+        seqs: Range<u64>,
+        ids: Range<MessageId>,
+        mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        self.session(session)?;
+        let index = self.txn.open_table(tables::SESSION_MESSAGES)?;
+        let records = self.txn.open_table(tables::MESSAGES)?;
+        for entry in index.range((session.0, seqs.start)..(session.0, seqs.end))? {
+            let (_, id) = entry?;
+            let id = id.value();
+            if id < ids.start.0 {
+                continue;
+            }
+            if id >= ids.end.0 {
+                break;
+            }
+            let bytes = records.get(id)?.ok_or_else(|| StoreError::Corrupt {
+                table: "session_messages",
+                detail: format!("points at missing message msg_{id}"),
+            })?;
+            if visit(MessageId(id), bytes.value())?.is_break() {
                 break;
             }
         }

@@ -40,7 +40,7 @@ pub const SESSION_MESSAGES: TableDefinition<(u64, u64), u64> =
     TableDefinition::new("session_messages");
 pub const SOURCE_KEYS: TableDefinition<(u64, &str), u64> = TableDefinition::new("source_keys");
 pub const SUMMARIES: TableDefinition<u64, &[u8]> = TableDefinition::new("summaries");
-/// (summary, ordinal) -> source node, encoded by [`node_key`].
+/// (summary, ordinal) -> source node as (kind byte, number): [`NODE_MESSAGE`] or [`NODE_SUMMARY`].
 pub const SUMMARY_SOURCES: TableDefinition<(u64, u32), (u8, u64)> =
     TableDefinition::new("summary_sources");
 /// Source node -> the summary that covers it (at most one: a message is covered by one leaf, a
