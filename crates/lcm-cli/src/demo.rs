@@ -116,20 +116,7 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
     let context = assemble(&data.store, session)?;
     // Every message is still reachable: from the context's summaries down to messages, then the
     // raw tail.
-    let mut reachable = 0u64;
-    let mut stack: Vec<NodeRef> = context
-        .state
-        .summaries
-        .iter()
-        .map(|s| NodeRef::Summary(*s))
-        .collect();
-    while let Some(node) = stack.pop() {
-        match node {
-            NodeRef::Message(_) => reachable += 1,
-            NodeRef::Summary(id) => stack.extend(data.store.summary(id)?.sources),
-        }
-    }
-    reachable += data.store.session(session)?.message_count - context.state.raw_from;
+    let reachable = data.store.context_messages(session)?.len() as u64;
     ensure!(
         reachable == data.store.session(session)?.message_count,
         "a message is not reachable from the context"

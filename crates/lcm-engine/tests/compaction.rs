@@ -30,31 +30,9 @@ fn store() -> Store {
     Store::open_in_memory(StoreOptions { counter: counter() }).unwrap()
 }
 
-/// Walks the DAG down from the context: the messages covered, in order, then the raw tail.
+/// Every message reachable from the context (summaries walked down, then the raw tail).
 fn reachable(store: &Store, session: SessionId) -> Vec<MessageId> {
-    let ctx = store.context(session).unwrap();
-    let mut out = Vec::new();
-    let mut stack: Vec<NodeRef> = ctx
-        .summaries
-        .iter()
-        .rev()
-        .map(|s| NodeRef::Summary(*s))
-        .collect();
-    while let Some(node) = stack.pop() {
-        match node {
-            NodeRef::Message(id) => out.push(id),
-            NodeRef::Summary(id) => {
-                stack.extend(store.summary(id).unwrap().sources.into_iter().rev())
-            }
-        }
-    }
-    for m in store
-        .session_messages(session, ctx.raw_from..u64::MAX)
-        .unwrap()
-    {
-        out.push(m.id);
-    }
-    out
+    store.context_messages(session).unwrap()
 }
 
 #[tokio::test]

@@ -262,6 +262,11 @@ impl Store {
         self.reader()?.covering(node)
     }
 
+    /// See [`StoreReader::context_messages`].
+    pub fn context_messages(&self, session: SessionId) -> Result<Vec<MessageId>> {
+        self.reader()?.context_messages(session)
+    }
+
     /// Every summary of a session, in creation order.
     pub fn session_summaries(&self, session: SessionId) -> Result<Vec<Summary>> {
         let reader = self.reader()?;
@@ -305,6 +310,31 @@ impl StoreReader {
             sources.push(node_from_key(node.value())?);
         }
         Ok(record.into_summary(id.0, sources))
+    }
+
+    /// Every message the session's context reaches, in order: each top-level summary expanded
+    /// down to its messages (depth first, sources in order), then the raw tail. When the store
+    /// is consistent this is every message of the session exactly once, oldest first.
+    pub fn context_messages(&self, session: SessionId) -> Result<Vec<MessageId>> {
+        let state = self.context(session)?;
+        let mut out = Vec::new();
+        let mut stack: Vec<NodeRef> = state
+            .summaries
+            .iter()
+            .rev()
+            .map(|s| NodeRef::Summary(*s))
+            .collect();
+        while let Some(node) = stack.pop() {
+            match node {
+                NodeRef::Message(id) => out.push(id),
+                NodeRef::Summary(id) => stack.extend(self.summary(id)?.sources.into_iter().rev()),
+            }
+        }
+        self.for_each_in_session(session, state.raw_from..u64::MAX, |m| {
+            out.push(m.id);
+            std::ops::ControlFlow::Continue(())
+        })?;
+        Ok(out)
     }
 
     /// The summary covering `node`, if any.
