@@ -1,0 +1,212 @@
+//! Engine benchmarks: context assembly against history length (a session of 100,000 and of
+//! 1,000,000 messages with a deep DAG: assembly should not depend on history), the engine
+//! overhead of one compaction pass with a summariser that answers instantly, and the extractive
+//! summariser's throughput. `LCM_BENCH_QUICK=1` runs the 100,000 case only.
+
+#[path = "support/corpus.rs"]
+mod corpus;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use lcm::core::config::CompactionConfig;
+use lcm::core::message::NewMessage;
+use lcm::core::summary::{NewSummary, NodeRef, SummaryKind};
+use lcm::engine::{assemble, compact};
+use lcm::llm::ExtractiveSummarizer;
+use lcm::store::{ApplyOutcome, Store, StoreOptions};
+use lcm::{Encoding, SessionId, TokenCounter};
+use std::time::Instant;
+
+fn counter() -> TokenCounter {
+    TokenCounter::new(Encoding::O200kBase)
+}
+
+/// A store holding one session of `n` messages, compacted into a deep DAG by fabricated
+/// summaries (leaves of 100 messages, condensed 4 by 4 up to depth 5), leaving a raw tail of 32.
+fn session_with_dag(dir: &std::path::Path, n: u64) -> (Store, SessionId) {
+    let store =
+        Store::open(dir.join("lcm.redb"), StoreOptions { counter: counter() }).expect("open");
+    let session = store.create_session("bench", None).expect("session");
+    let words = corpus::Words::new(20_000);
+    let mut k = 0;
+    while k < n {
+        let end = (k + 10_000).min(n);
+        let batch: Vec<NewMessage> = (k..end).map(|i| corpus::message(&words, i)).collect();
+        store.append_batch(session, batch).expect("append");
+        k = end;
+    }
+    let ids: Vec<_> = store
+        .session_messages(session, 0..n.saturating_sub(32))
+        .expect("messages")
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    let fabricate = |kind, depth, sources: Vec<NodeRef>| NewSummary {
+        session,
+        kind,
+        depth,
+        content: "A fabricated summary of the span, about as long as a short leaf summary."
+            .repeat(20),
+        token_count: 300,
+        sources,
+        level: 1,
+        model: "bench".into(),
+    };
+    for chunk in ids.chunks(100) {
+        if chunk.len() < 100 {
+            break;
+        }
+        let sources = chunk.iter().map(|id| NodeRef::Message(*id)).collect();
+        let ApplyOutcome::Applied { .. } = store
+            .apply_summary(fabricate(SummaryKind::Leaf, 0, sources), vec![])
+            .expect("leaf")
+        else {
+            panic!("stale leaf");
+        };
+        // Condense greedily: while 4 summaries of one depth lead the same-depth run at the end.
+        loop {
+            let ctx = store.context(session).expect("context");
+            let tail: Vec<_> = ctx.summaries.iter().rev().take(4).copied().collect();
+            if tail.len() < 4 {
+                break;
+            }
+            let depths: Vec<u32> = tail
+                .iter()
+                .map(|id| store.summary(*id).expect("summary").depth)
+                .collect();
+            if depths.iter().any(|d| *d != depths[0]) || depths[0] >= 5 {
+                break;
+            }
+            let sources = tail.iter().rev().map(|id| NodeRef::Summary(*id)).collect();
+            store
+                .apply_summary(
+                    fabricate(SummaryKind::Condensed, depths[0] + 1, sources),
+                    vec![],
+                )
+                .expect("condensed");
+        }
+    }
+    (store, session)
+}
+
+fn assembly(c: &mut Criterion) {
+    let quick = std::env::var("LCM_BENCH_QUICK").is_ok_and(|v| v != "0");
+    let sizes: &[u64] = if quick {
+        &[100_000]
+    } else {
+        &[100_000, 1_000_000]
+    };
+    let mut group = c.benchmark_group("assembly");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(5));
+    for &n in sizes {
+        let tmp =
+            tempfile::tempdir_in(std::env::var("LCM_BENCH_DIR").unwrap_or_else(|_| ".".into()))
+                .expect("tmp");
+        let t = Instant::now();
+        let (store, session) = session_with_dag(tmp.path(), n);
+        let ctx = assemble(&store, session).expect("assemble");
+        let depth = ctx
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                lcm::engine::ContextItem::Summary { summary, .. } => Some(summary.depth),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        eprintln!(
+            "assembly fixture: {n} messages, {} items in context ({} tokens), max depth {depth}, built in {:.0?}",
+            ctx.items.len(),
+            ctx.tokens,
+            t.elapsed()
+        );
+        group.bench_function(format!("assemble/{n}_messages"), |b| {
+            b.iter(|| assemble(&store, session).expect("assemble"))
+        });
+        group.bench_function(format!("assemble_and_render_openai/{n}_messages"), |b| {
+            b.iter(|| assemble(&store, session).expect("assemble").to_openai(None))
+        });
+    }
+    group.finish();
+}
+
+fn compaction_overhead(c: &mut Criterion) {
+    // One leaf pass over 40 messages of about 100 tokens, summarised extractively to a small
+    // target: the figure is the engine's cost (reads, rendering, the apply transaction with its
+    // fsync) plus the extractive summariser, with no provider at all.
+    let mut group = c.benchmark_group("compaction");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(5));
+    let words = corpus::Words::new(20_000);
+    let summarizer = ExtractiveSummarizer::new(counter());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let config = CompactionConfig {
+        fresh_tail: 0,
+        leaf_chunk_tokens: 4_000,
+        leaf_target_tokens: 200,
+        max_passes: 1,
+        ..CompactionConfig::default()
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let store = Arc::new(
+        Store::open(
+            tmp.path().join("lcm.redb"),
+            StoreOptions { counter: counter() },
+        )
+        .expect("open"),
+    );
+    let mut round = 0u64;
+    group.bench_function("one_leaf_pass_extractive", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let session = store
+                    .create_session(&format!("s{round}"), None)
+                    .expect("session");
+                let batch: Vec<NewMessage> = (0..40)
+                    .map(|i| corpus::message(&words, round * 40 + i))
+                    .collect();
+                store.append_batch(session, batch).expect("append");
+                round += 1;
+                let t = Instant::now();
+                let report = runtime
+                    .block_on(compact(&store, session, 100, &config, &summarizer, |_| {}))
+                    .expect("compact");
+                total += t.elapsed();
+                assert_eq!(report.passes.len(), 1);
+            }
+            total
+        })
+    });
+    group.finish();
+
+    let mut text = String::new();
+    let mut k = 0;
+    while text.len() < 1 << 20 {
+        text.push_str(&lcm::core::message::search_text(
+            &corpus::message(&words, k).parts,
+        ));
+        text.push('\n');
+        k += 1;
+    }
+    let mut group = c.benchmark_group("extractive");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    group.bench_function("summarize_1MiB_to_1200_tokens", |b| {
+        b.iter(|| summarizer.summarize_text(std::hint::black_box(&text), 1_200))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, assembly, compaction_overhead);
+criterion_main!(benches);
