@@ -309,3 +309,95 @@ fn the_safety_margin_is_kept_free() {
     // Out-of-range margins are clamped (the configuration rejects them anyway).
     assert_eq!(effective_budget(1_000, 0.9), 500);
 }
+
+/// Compaction converges under the hard threshold, with bounded provider calls, whatever the
+/// provider does: answers normally, answers too long, rate-limits with Retry-After, fails with
+/// 500s, times out, sends garbage, sends nothing, or only reasons.
+#[tokio::test]
+async fn compaction_converges_for_every_provider_behaviour() {
+    use std::time::Duration;
+    let long = "word ".repeat(5_000);
+    let cases: Vec<(&str, Vec<ScriptedReply>, ScriptedReply)> = vec![
+        (
+            "normal",
+            vec![],
+            ScriptedReply::ok("Decided: keep src/lib.rs; error E1 fixed."),
+        ),
+        ("oversized", vec![], ScriptedReply::ok(long.clone())),
+        (
+            "429 then fine",
+            vec![ScriptedReply::rate_limited("1")],
+            ScriptedReply::ok("Short summary after a rate limit."),
+        ),
+        ("500s", vec![], ScriptedReply::status(500)),
+        (
+            "timeouts",
+            vec![],
+            ScriptedReply::delayed(Duration::from_secs(2), ScriptedReply::ok("too late")),
+        ),
+        (
+            "garbage",
+            vec![],
+            ScriptedReply::garbage("<html>oops</html>"),
+        ),
+        ("empty", vec![], ScriptedReply::Empty),
+        (
+            "reasoning only",
+            vec![],
+            ScriptedReply::reasoning_only("thinking..."),
+        ),
+    ];
+    for (name, script, default) in cases {
+        let server = ScriptedServer::start().await;
+        server.set_default(default);
+        for reply in script {
+            server.push(reply);
+        }
+        let http = HttpConfig::new(server.url(), "m")
+            .with_max_retries(1)
+            .with_timeout(Duration::from_millis(300));
+        let provider = OpenAiProvider::new(http).unwrap();
+        let summarizer = LlmSummarizer::new(Arc::new(provider), counter(), "m");
+        let store = store();
+        let s = store.create_session("s", None).unwrap();
+        for i in 0..40 {
+            let text = format!(
+                "message {i}: {}",
+                "we changed the retry policy and the file src/retry.rs. ".repeat(20)
+            );
+            store.append(s, NewMessage::text(Role::User, text)).unwrap();
+        }
+        let budget = 6_000;
+        let config = CompactionConfig {
+            fresh_tail: 4,
+            leaf_chunk_tokens: 2_500,
+            ..CompactionConfig::default()
+        };
+        let report = compact(&store, s, budget, &config, &summarizer, |_| {})
+            .await
+            .unwrap();
+        let tokens = assemble(&store, s).unwrap().tokens;
+        let hard = (config.hard_threshold * budget as f64) as u64;
+        assert!(tokens <= hard, "{name}: {tokens} > {hard}: {report:?}");
+        assert!(report.reached_goal, "{name}: {report:?}");
+        // At most two summariser calls per pass, and each call makes at most max_retries + 1
+        // requests.
+        assert!(
+            report.provider_calls <= 2 * report.passes.len() as u32,
+            "{name}"
+        );
+        assert!(
+            server.request_count() as u32 <= 2 * report.provider_calls,
+            "{name}"
+        );
+        assert_eq!(reachable(&store, s).len(), 40, "{name}");
+        let levels: Vec<u8> = report.passes.iter().map(|p| p.level).collect();
+        match name {
+            "normal" | "429 then fine" => {
+                assert!(levels.iter().all(|l| *l == 1), "{name}: {levels:?}")
+            }
+            "oversized" => assert!(levels.iter().all(|l| *l == 3), "{name}: {levels:?}"),
+            _ => assert!(levels.iter().all(|l| *l == 3), "{name}: {levels:?}"),
+        }
+    }
+}
