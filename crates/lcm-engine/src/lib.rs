@@ -8,12 +8,17 @@
 //! - [`compaction`]: the control loop: soft/hard thresholds, fresh tail, leaf and condensed
 //!   passes with three-level escalation, each applied atomically if its span is unchanged.
 //!
+//! - [`controller`]: the per-turn policy: nothing below the soft threshold, a background
+//!   compaction between soft and hard, waiting above hard.
+//!
 //! Next (see the issues): the tools and the supervised actors.
 //!
 //! Architecture invariant: the engine reaches storage only through `lcm-store`'s API.
 
 pub mod assembly;
 pub mod compaction;
+pub mod controller;
 
 pub use assembly::{AssembledContext, ContextItem, assemble, render_summary};
 pub use compaction::{CompactionReport, compact, effective_budget, needs_compaction};
+pub use controller::ContextController;
