@@ -119,7 +119,9 @@ pub async fn compact(
     let counter = store.counter();
     let goal = (config.soft_threshold * budget as f64) as u64;
     let hard = (config.hard_threshold * budget as f64) as u64;
-    let tokens_before = assemble(store, session)?.tokens;
+    // One assembly per pass: it both measures the context and is what the next pass plans on.
+    let mut ctx = assemble(store, session)?;
+    let tokens_before = ctx.tokens;
     let mut report = CompactionReport {
         session,
         budget,
@@ -136,7 +138,6 @@ pub async fn compact(
         if attempts > config.max_passes * 2 {
             break; // Only reachable if spans keep changing under us; never loop forever.
         }
-        let ctx = assemble(store, session)?;
         let Some(pass) = plan(&ctx.items, config, ctx.tokens > hard) else {
             break;
         };
@@ -148,7 +149,7 @@ pub async fn compact(
         request.input_tokens -= SUMMARY_HEADER_TOKENS;
         let outcome = summarize_with_escalation(summarizer, counter, &request).await;
         report.provider_calls += outcome.calls;
-        let token_count = counter.count_text(&outcome.text) as u32 + SUMMARY_HEADER_TOKENS;
+        let token_count = summary_tokens(counter, &outcome.text);
         let new = NewSummary {
             session,
             kind,
@@ -176,7 +177,8 @@ pub async fn compact(
             }
             ApplyOutcome::Stale { .. } => report.stale += 1,
         }
-        report.tokens_after = assemble(store, session)?.tokens;
+        ctx = assemble(store, session)?;
+        report.tokens_after = ctx.tokens;
     }
     report.reached_goal = report.tokens_after <= goal;
     Ok(report)
@@ -359,7 +361,7 @@ fn summarisable_text(part: &Part) -> Option<String> {
     }
 }
 
-/// Counts tokens the way compaction does (re-exported for tests and tools).
+/// The stored token count of a summary with this content: its text plus the header reserve.
 pub fn summary_tokens(counter: TokenCounter, content: &str) -> u32 {
     counter.count_text(content) as u32 + SUMMARY_HEADER_TOKENS
 }

@@ -66,26 +66,6 @@ pub enum ApplyOutcome {
     Stale { reason: String },
 }
 
-/// A fingerprint of a span: the session, the context version it was read at, and the sources.
-/// Equal fingerprints mean the same span of the same context.
-pub fn span_fingerprint(session: SessionId, context_version: u64, sources: &[NodeRef]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |n: u64| {
-        for b in n.to_le_bytes() {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    feed(session.0);
-    feed(context_version);
-    for s in sources {
-        let (kind, n) = node_key(*s);
-        feed(u64::from(kind));
-        feed(n);
-    }
-    hash
-}
-
 impl Store {
     /// Writes a prepared summary and swaps it into its session's context, atomically, if the
     /// context still holds exactly its sources: for a leaf, the oldest raw messages from the

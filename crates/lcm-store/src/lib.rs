@@ -24,7 +24,7 @@ pub mod tables;
 pub mod trigram;
 mod view;
 
-pub use dag::{ApplyOutcome, span_fingerprint};
+pub use dag::ApplyOutcome;
 pub use data_dir::DataDir;
 pub use error::{Result, StoreError};
 pub use grep::{GrepHit, GrepMode, GrepPage, GrepRequest, Scope, Strategy, grep};
