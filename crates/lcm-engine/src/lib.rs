@@ -15,9 +15,13 @@
 //!
 //! Architecture invariant: the engine reaches storage only through `lcm-store`'s API.
 
+pub mod agent;
 pub mod assembly;
 pub mod compaction;
 pub mod controller;
+pub mod operators;
+pub mod runtime;
+pub mod tools;
 
 pub use assembly::{AssembledContext, ContextItem, assemble, render_summary};
 pub use compaction::{CompactionReport, compact, effective_budget, needs_compaction};

@@ -19,6 +19,8 @@ pub mod error;
 pub mod grep;
 pub mod import;
 pub mod index;
+pub mod integrity;
+pub mod map_jobs;
 pub mod store;
 pub mod tables;
 pub mod trigram;

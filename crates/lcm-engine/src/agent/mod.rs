@@ -1,0 +1,1 @@
+//! The sub-agent loop (placeholder).

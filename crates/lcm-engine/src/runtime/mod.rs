@@ -1,0 +1,1 @@
+//! The supervised actor runtime (placeholder).

@@ -1,0 +1,1 @@
+//! Integrity check of the store (placeholder; filled by the integrity work).

@@ -1,0 +1,1 @@
+//! Database-backed map jobs (placeholder; filled by the operators work).
