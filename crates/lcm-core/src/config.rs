@@ -30,6 +30,8 @@ pub struct Config {
     pub import: ImportConfig,
     pub compaction: CompactionConfig,
     pub llm: LlmConfig,
+    pub runtime: RuntimeConfig,
+    pub map: MapConfig,
 }
 
 impl Config {
@@ -67,6 +69,8 @@ impl Config {
             ));
         }
         self.compaction.validate()?;
+        self.runtime.validate()?;
+        self.map.validate()?;
         if s.index_writer_memory_mb < 15 {
             return Err(ConfigError::Invalid(format!(
                 "search.index_writer_memory_mb must be at least 15 (tantivy's minimum), got {}",
@@ -293,6 +297,136 @@ impl CompactionConfig {
         }
         if self.max_passes == 0 {
             return bad("compaction.max_passes must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The supervised actor runtime: session lifetimes, concurrency, supervision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// A session actor with no work for this long stops (its state is rebuilt from the store on
+    /// next use).
+    pub idle_timeout_s: u64,
+    /// Longest a host call (append, context, tool) waits for the runtime before failing.
+    pub call_timeout_s: u64,
+    /// Compactions (and so summariser calls) running at once across all sessions.
+    pub max_concurrent_compactions: usize,
+    /// Attempts of one compaction whose worker crashed or stalled before it is reported failed.
+    pub compaction_max_attempts: u32,
+    /// First delay before restarting a crashed actor; doubles with each restart in the window.
+    pub restart_backoff_ms: u64,
+    /// Longest restart delay.
+    pub restart_backoff_max_ms: u64,
+    /// Restarts of one actor within `restart_window_s` after which it is not restarted again (a
+    /// session is then refused until the runtime restarts; a singleton stops the runtime).
+    pub max_restarts: u32,
+    pub restart_window_s: u64,
+    /// An actor busy with one message for longer than this is considered stuck: it is killed and
+    /// restarted. 0 disables stall detection.
+    pub stall_timeout_s: u64,
+    /// How often the supervisor checks for stuck actors, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// How often the integrity check runs in the background, in seconds; 0 disables it (it still
+    /// runs on demand).
+    pub integrity_interval_s: u64,
+    /// Largest delay between an append and the search index catching up with it, in
+    /// milliseconds (grep scans the unindexed tail meanwhile, so results are complete anyway).
+    pub index_interval_ms: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            idle_timeout_s: 300,
+            call_timeout_s: 600,
+            max_concurrent_compactions: 8,
+            compaction_max_attempts: 3,
+            restart_backoff_ms: 50,
+            restart_backoff_max_ms: 10_000,
+            max_restarts: 10,
+            restart_window_s: 60,
+            stall_timeout_s: 900,
+            heartbeat_ms: 1_000,
+            integrity_interval_s: 3_600,
+            index_interval_ms: 1_000,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_concurrent_compactions == 0 || self.compaction_max_attempts == 0 {
+            return Err(ConfigError::Invalid(
+                "runtime.max_concurrent_compactions and runtime.compaction_max_attempts must be at least 1".into(),
+            ));
+        }
+        if self.call_timeout_s == 0 || self.heartbeat_ms == 0 || self.index_interval_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "runtime.call_timeout_s, runtime.heartbeat_ms and runtime.index_interval_ms must be positive".into(),
+            ));
+        }
+        if self.restart_backoff_ms > self.restart_backoff_max_ms {
+            return Err(ConfigError::Invalid(format!(
+                "runtime.restart_backoff_ms ({}) must not exceed runtime.restart_backoff_max_ms ({})",
+                self.restart_backoff_ms, self.restart_backoff_max_ms
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The map operators (`llm_map`, `agentic_map`): defaults for jobs and the limits on their files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MapConfig {
+    /// Items of one job processed at once.
+    pub concurrency: u32,
+    /// Attempts per item (the first included) before it is failed.
+    pub max_attempts: u32,
+    /// Longest one attempt at one item may take, seconds.
+    pub timeout_s: u64,
+    /// How long a claimed item belongs to its worker before another may take it over, seconds.
+    /// Must exceed `timeout_s`.
+    pub lease_s: u64,
+    /// Directories the input and output files must lie in (after resolving `..` and symlinks).
+    /// Empty: the working directory.
+    pub allowed_roots: Vec<PathBuf>,
+    /// Longest input line, bytes; a longer line becomes a failed item.
+    pub max_item_bytes: u64,
+}
+
+impl Default for MapConfig {
+    fn default() -> Self {
+        MapConfig {
+            concurrency: 16,
+            max_attempts: 3,
+            timeout_s: 120,
+            lease_s: 300,
+            allowed_roots: Vec::new(),
+            max_item_bytes: 1 << 20,
+        }
+    }
+}
+
+impl MapConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.concurrency == 0 || self.max_attempts == 0 {
+            return Err(ConfigError::Invalid(
+                "map.concurrency and map.max_attempts must be at least 1".into(),
+            ));
+        }
+        if self.timeout_s == 0 || self.max_item_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "map.timeout_s and map.max_item_bytes must be positive".into(),
+            ));
+        }
+        if self.lease_s <= self.timeout_s {
+            return Err(ConfigError::Invalid(format!(
+                "map.lease_s ({}) must exceed map.timeout_s ({}), or items would be taken over while still being worked on",
+                self.lease_s, self.timeout_s
+            )));
         }
         Ok(())
     }

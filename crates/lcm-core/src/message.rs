@@ -213,6 +213,13 @@ impl NewMessage {
             source_key: None,
         }
     }
+
+    /// The same message with a host key: appending a message whose key is already stored in
+    /// the session adds nothing, which makes retries and re-imports idempotent.
+    pub fn with_source_key(mut self, key: impl Into<String>) -> Self {
+        self.source_key = Some(key.into());
+        self
+    }
 }
 
 /// A stored message, as read back from the store.

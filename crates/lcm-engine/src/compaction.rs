@@ -20,6 +20,7 @@
 //! of the input, so small spans shrink too.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use lcm_core::config::CompactionConfig;
 use lcm_core::ids::{MessageId, SessionId, SummaryId};
@@ -89,6 +90,8 @@ pub enum CompactionError {
     Store(#[from] StoreError),
     #[error("budget must be positive")]
     ZeroBudget,
+    #[error("compaction was cancelled: {0}")]
+    Cancelled(String),
 }
 
 /// The budget compaction and assembly work against: the model's window less the configured
@@ -105,13 +108,107 @@ pub fn needs_compaction(tokens: u64, budget: u64, config: &CompactionConfig) -> 
 
 /// Runs passes until the context is under the soft threshold of `budget` (or nothing more can
 /// be compacted), calling `progress` after each applied pass.
+///
+/// Store calls run on the calling task (fine for the CLI and tests); the actor runtime uses
+/// [`compact_shared`], which moves them to the blocking pool.
 pub async fn compact(
     store: &Store,
     session: SessionId,
     budget: u64,
     config: &CompactionConfig,
     summarizer: &dyn Summarizer,
-    mut progress: impl FnMut(&PassReport),
+    progress: impl FnMut(&PassReport) + Send,
+) -> Result<CompactionReport, CompactionError> {
+    let mut observer = ProgressObserver(progress);
+    run(
+        StoreAccess::Borrowed(store),
+        session,
+        budget,
+        config,
+        summarizer,
+        &mut observer,
+    )
+    .await
+}
+
+/// [`compact`] for async hosts: every store call runs on tokio's blocking pool, so the task
+/// never blocks a runtime worker on redb; `observer` sees each pass before and after its commit.
+pub async fn compact_shared(
+    store: Arc<Store>,
+    session: SessionId,
+    budget: u64,
+    config: &CompactionConfig,
+    summarizer: &dyn Summarizer,
+    observer: &mut (dyn CompactionObserver + Send),
+) -> Result<CompactionReport, CompactionError> {
+    run(
+        StoreAccess::Shared(store),
+        session,
+        budget,
+        config,
+        summarizer,
+        observer,
+    )
+    .await
+}
+
+/// Sees each pass of a compaction run around its commit (progress reports, fault injection).
+pub trait CompactionObserver {
+    /// Just before the summary is applied (the redb write transaction).
+    fn before_apply(&mut self, _summary: &NewSummary) {}
+    /// Just after the summary was committed.
+    fn after_apply(&mut self, _pass: &PassReport) {}
+}
+
+struct ProgressObserver<F>(F);
+
+impl<F: FnMut(&PassReport)> CompactionObserver for ProgressObserver<F> {
+    fn after_apply(&mut self, pass: &PassReport) {
+        (self.0)(pass)
+    }
+}
+
+/// How a compaction run reaches the store: directly, or through the blocking pool.
+enum StoreAccess<'a> {
+    Borrowed(&'a Store),
+    Shared(Arc<Store>),
+}
+
+impl StoreAccess<'_> {
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> T + Send + 'static,
+    ) -> Result<T, CompactionError> {
+        match self {
+            StoreAccess::Borrowed(store) => Ok(f(store)),
+            StoreAccess::Shared(store) => {
+                let store = Arc::clone(store);
+                tokio::task::spawn_blocking(move || f(&store))
+                    .await
+                    .map_err(|e| match e.try_into_panic() {
+                        // A panic in a store call is the caller's panic (supervision sees it).
+                        Ok(payload) => std::panic::resume_unwind(payload),
+                        Err(e) => CompactionError::Cancelled(e.to_string()),
+                    })
+            }
+        }
+    }
+
+    fn counter(&self) -> TokenCounter {
+        match self {
+            StoreAccess::Borrowed(store) => store.counter(),
+            StoreAccess::Shared(store) => store.counter(),
+        }
+    }
+}
+
+async fn run(
+    store: StoreAccess<'_>,
+    session: SessionId,
+    budget: u64,
+    config: &CompactionConfig,
+    summarizer: &dyn Summarizer,
+    observer: &mut (dyn CompactionObserver + Send),
 ) -> Result<CompactionReport, CompactionError> {
     if budget == 0 {
         return Err(CompactionError::ZeroBudget);
@@ -120,7 +217,7 @@ pub async fn compact(
     let goal = (config.soft_threshold * budget as f64) as u64;
     let hard = (config.hard_threshold * budget as f64) as u64;
     // One assembly per pass: it both measures the context and is what the next pass plans on.
-    let mut ctx = assemble(store, session)?;
+    let mut ctx = store.with(move |s| assemble(s, session)).await??;
     let tokens_before = ctx.tokens;
     let mut report = CompactionReport {
         session,
@@ -141,7 +238,10 @@ pub async fn compact(
         let Some(pass) = plan(&ctx.items, config, ctx.tokens > hard) else {
             break;
         };
-        let (mut request, sources, kind, depth) = prepare(store, &pass, config)?;
+        let prepare_config = config.clone();
+        let (mut request, sources, kind, depth) = store
+            .with(move |s| prepare(s, &pass, &prepare_config))
+            .await??;
         // The summary must pay for its header too, or the pass would grow the context.
         if request.input_tokens <= SUMMARY_HEADER_TOKENS + MIN_SUMMARY_TOKENS {
             break;
@@ -160,7 +260,11 @@ pub async fn compact(
             level: outcome.level.number(),
             model: outcome.model,
         };
-        match store.apply_summary(new, Vec::new())? {
+        observer.before_apply(&new);
+        match store
+            .with(move |s| s.apply_summary(new, Vec::new()))
+            .await??
+        {
             ApplyOutcome::Applied { summary, .. } => {
                 let pass_report = PassReport {
                     summary: summary.id,
@@ -172,12 +276,12 @@ pub async fn compact(
                     level: summary.level,
                     provider_calls: outcome.calls,
                 };
-                progress(&pass_report);
+                observer.after_apply(&pass_report);
                 report.passes.push(pass_report);
             }
             ApplyOutcome::Stale { .. } => report.stale += 1,
         }
-        ctx = assemble(store, session)?;
+        ctx = store.with(move |s| assemble(s, session)).await??;
         report.tokens_after = ctx.tokens;
     }
     report.reached_goal = report.tokens_after <= goal;

@@ -31,4 +31,4 @@ pub use data_dir::DataDir;
 pub use error::{Result, StoreError};
 pub use grep::{GrepHit, GrepMode, GrepPage, GrepRequest, Scope, Strategy, grep};
 pub use index::SearchIndex;
-pub use store::{Appended, Store, StoreOptions, StoreReader, StoreStats};
+pub use store::{Appended, PreparedAppend, Store, StoreOptions, StoreReader, StoreStats};

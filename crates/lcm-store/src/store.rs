@@ -122,7 +122,39 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Messages validated and tokenised by [`Store::prepare_append`], waiting for
+/// [`Store::commit_prepared`].
+#[derive(Debug)]
+pub struct PreparedAppend {
+    items: Vec<Prepared>,
+}
+
+impl PreparedAppend {
+    /// Number of messages.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are no messages.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The sessions the messages go to (each once, in first-seen order).
+    pub fn sessions(&self) -> Vec<SessionId> {
+        let mut out: Vec<SessionId> = Vec::new();
+        for p in &self.items {
+            let s = SessionId(p.session);
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+}
+
 /// A message prepared outside the write transaction (token count, encoded parts).
+#[derive(Debug)]
 struct Prepared {
     session: u64,
     role: Role,
@@ -295,6 +327,15 @@ impl Store {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
+        let prepared = self.prepare_append(messages)?;
+        let mut out = self.commit_prepared(vec![prepared])?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// Validates and tokenises messages without touching the database: the expensive half of
+    /// an append, which callers can run in parallel before a group commit with
+    /// [`Store::commit_prepared`].
+    pub fn prepare_append(&self, messages: Vec<(SessionId, NewMessage)>) -> Result<PreparedAppend> {
         for (i, (_, m)) in messages.iter().enumerate() {
             validate_message(m).map_err(|e| match e {
                 StoreError::InvalidMessage(detail) if messages.len() > 1 => {
@@ -303,7 +344,17 @@ impl Store {
                 other => other,
             })?;
         }
-        let prepared = self.prepare(messages);
+        Ok(PreparedAppend {
+            items: self.prepare(messages),
+        })
+    }
+
+    /// Commits prepared appends (several callers' batches) in one durable transaction: a group
+    /// commit, one fsync for all. Returns each batch's results in order. If any batch names a
+    /// missing session, nothing is written.
+    pub fn commit_prepared(&self, batches: Vec<PreparedAppend>) -> Result<Vec<Vec<Appended>>> {
+        let sizes: Vec<usize> = batches.iter().map(|b| b.items.len()).collect();
+        let prepared = batches.into_iter().flat_map(|b| b.items);
 
         let txn = self.db.begin_write()?;
         let results = {
@@ -316,7 +367,7 @@ impl Store {
 
             let mut next_id = meta_table.get(meta::NEXT_MESSAGE)?.map_or(0, |v| v.value());
             let mut touched: HashMap<u64, SessionRecord> = HashMap::new();
-            let mut results = Vec::with_capacity(prepared.len());
+            let mut results = Vec::with_capacity(sizes.iter().sum());
 
             for p in prepared {
                 if let Some(key) = &p.source_key
@@ -376,7 +427,11 @@ impl Store {
             results
         };
         txn.commit()?;
-        Ok(results)
+        let mut results = results.into_iter();
+        Ok(sizes
+            .into_iter()
+            .map(|n| results.by_ref().take(n).collect())
+            .collect())
     }
 
     /// Counts tokens and renders originals before the write lock is taken. Large batches are

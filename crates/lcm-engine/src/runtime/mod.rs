@@ -1,1 +1,580 @@
-//! The supervised actor runtime (placeholder).
+//! The supervised actor runtime: what a host embeds.
+//!
+//! A host opens a [`Runtime`] from a configuration, gets a [`SessionHandle`] per conversation,
+//! appends messages and asks for the context to send for each turn; compaction, indexing and
+//! integrity checks happen behind it, in supervised actors (ractor on tokio):
+//!
+//! ```text
+//! RootActor (supervisor: restarts with backoff, stall detection, session registry)
+//! ├── SessionActor × live sessions   appends (group commit), thresholds, waits above hard
+//! ├── AssemblerActor                 context states → context items
+//! ├── CompactorActor                 queue + concurrency limit
+//! │   └── CompactionWorker × running one compaction run each; retried if it dies
+//! ├── IndexerActor                   keeps tantivy caught up with redb
+//! └── IntegrityActor                 invariants of the store, on a schedule and on demand
+//! ```
+//!
+//! The store is the truth; every actor's state is a cache rebuilt from it, so a restarted actor
+//! simply starts again. Every change of what a model sees is one redb transaction, so a crash
+//! at any point leaves the old context or the new one.
+//!
+//! ```no_run
+//! use lcm_core::config::Config;
+//! use lcm_core::message::{NewMessage, Role};
+//! use lcm_engine::runtime::{Runtime, RuntimeOptions};
+//!
+//! # async fn example() -> Result<(), lcm_engine::runtime::RuntimeError> {
+//! let runtime = Runtime::open(RuntimeOptions::dir("./lcm-data", Config::default())).await?;
+//! let session = runtime.session("my-conversation").await?;
+//! session
+//!     .append(NewMessage::text(Role::User, "hello").with_source_key("turn-1"))
+//!     .await?;
+//! let context = session.context(128_000).await?;
+//! println!("{} tokens in context", context.tokens);
+//! runtime.shutdown(std::time::Duration::from_secs(10)).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod assembler;
+mod compactor;
+mod error;
+mod events;
+pub mod faults;
+mod indexer;
+mod integrity;
+mod root;
+mod session;
+mod shared;
+mod supervision;
+mod writer;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lcm_core::config::Config;
+use lcm_core::ids::SessionId;
+use lcm_core::message::NewMessage;
+use lcm_core::tokens::TokenCounter;
+use lcm_llm::from_config::summarizer_from_config;
+use lcm_llm::summarize::Summarizer;
+use lcm_store::{Appended, DataDir, SearchIndex, Store, StoreOptions};
+use ractor::{Actor, ActorRef};
+use tokio::sync::broadcast;
+
+pub use compactor::CompactorStats;
+pub use error::RuntimeError;
+pub use events::RuntimeEvent;
+pub use faults::{Fault, FaultPoint, Faults};
+pub use integrity::IntegrityOutcome;
+pub use root::SupervisorStats;
+pub use session::SessionStats;
+pub use supervision::ActorKind;
+
+use crate::assembly::AssembledContext;
+use root::{RootActor, RootMsg};
+use session::SessionMsg;
+use shared::{AskError, Shared, ask, join_blocking};
+use writer::GroupWriter;
+
+/// Where the runtime keeps its data.
+#[derive(Debug, Clone)]
+pub enum StoreLocation {
+    /// A data directory (`lcm.redb` and `index/`), created if absent.
+    Dir(PathBuf),
+    /// In memory only (tests, ephemeral agents): gone when the runtime is dropped.
+    Memory,
+}
+
+/// How to open a runtime.
+#[derive(Clone)]
+pub struct RuntimeOptions {
+    pub location: StoreLocation,
+    pub config: Config,
+    /// The summariser for compaction; `None` builds the one `config.llm` describes.
+    pub summarizer: Option<Arc<dyn Summarizer>>,
+}
+
+impl RuntimeOptions {
+    /// A runtime over the data directory at `path`.
+    pub fn dir(path: impl Into<PathBuf>, config: Config) -> RuntimeOptions {
+        RuntimeOptions {
+            location: StoreLocation::Dir(path.into()),
+            config,
+            summarizer: None,
+        }
+    }
+
+    /// A runtime whose store lives in memory.
+    pub fn in_memory(config: Config) -> RuntimeOptions {
+        RuntimeOptions {
+            location: StoreLocation::Memory,
+            config,
+            summarizer: None,
+        }
+    }
+
+    /// Uses `summarizer` instead of the configured one.
+    pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> RuntimeOptions {
+        self.summarizer = Some(summarizer);
+        self
+    }
+}
+
+/// A running runtime. Cheap to clone; all clones drive the same actors. The store file is
+/// released when the runtime is shut down and every clone and session handle is dropped.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    root: ActorRef<RootMsg>,
+    root_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Dropped without `shutdown`: stop the actors (each change is atomic, so abandoning
+        // work loses nothing stored).
+        self.root.stop(Some("runtime dropped".into()));
+        self.shared.writer.close();
+    }
+}
+
+impl Runtime {
+    /// Opens the store and index and starts the actors. Must be called inside a tokio runtime
+    /// (multi-threaded: store work runs on the blocking pool).
+    pub async fn open(options: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        options
+            .config
+            .validate()
+            .map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+        let config = Arc::new(options.config);
+        let summarizer = match options.summarizer {
+            Some(s) => s,
+            None => {
+                let counter = TokenCounter::new(config.tokenizer.encoding());
+                summarizer_from_config(&config.llm, counter)
+                    .map_err(|e| RuntimeError::Start(format!("summariser: {e}")))?
+            }
+        };
+        let open_config = Arc::clone(&config);
+        let location = options.location;
+        let (store, index) = join_blocking(
+            tokio::task::spawn_blocking(move || open_store(location, &open_config)).await,
+        )??;
+        let store = Arc::new(store);
+        let (writer, writer_thread) = GroupWriter::start(Arc::clone(&store))
+            .map_err(|e| RuntimeError::Start(format!("writer thread: {e}")))?;
+        let shared = Arc::new(Shared::new(
+            store,
+            Arc::new(index),
+            config,
+            summarizer,
+            writer,
+        ));
+        let (root, root_task) = RootActor::spawn(None, RootActor, Arc::clone(&shared))
+            .await
+            .map_err(|e| RuntimeError::Start(e.to_string()))?;
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                shared,
+                root,
+                root_task: Mutex::new(Some(root_task)),
+                writer_thread: Mutex::new(Some(writer_thread)),
+            }),
+        })
+    }
+
+    /// The handle of the session with host key `key`, created if absent.
+    pub async fn session(&self, key: &str) -> Result<SessionHandle, RuntimeError> {
+        self.check_open()?;
+        let store = Arc::clone(&self.inner.shared.store);
+        let key = key.to_string();
+        let id = join_blocking(
+            tokio::task::spawn_blocking(move || store.ensure_session(&key)).await,
+        )??;
+        Ok(self.handle(id))
+    }
+
+    /// The handle of an existing session.
+    pub async fn session_by_id(&self, id: SessionId) -> Result<SessionHandle, RuntimeError> {
+        self.check_open()?;
+        let store = Arc::clone(&self.inner.shared.store);
+        join_blocking(tokio::task::spawn_blocking(move || store.session(id)).await)??;
+        Ok(self.handle(id))
+    }
+
+    fn handle(&self, id: SessionId) -> SessionHandle {
+        SessionHandle {
+            runtime: self.clone(),
+            id,
+            actor: Mutex::new(None),
+        }
+    }
+
+    /// Events from now on (compactions, failures, restarts, ...).
+    pub fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
+        self.inner.shared.events.subscribe()
+    }
+
+    /// The store (the truth). Reads are always safe; writes should go through session handles,
+    /// which serialise them per session.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.inner.shared.store
+    }
+
+    /// The search index (a cache of the store; see [`Runtime::flush_index`]).
+    pub fn index(&self) -> &Arc<SearchIndex> {
+        &self.inner.shared.index
+    }
+
+    /// The configuration the runtime runs with.
+    pub fn config(&self) -> &Config {
+        &self.inner.shared.config
+    }
+
+    /// The fault plan of this runtime (tests only: the `fault-injection` feature).
+    #[cfg(feature = "fault-injection")]
+    pub fn faults(&self) -> &Faults {
+        &self.inner.shared.faults
+    }
+
+    /// Catches the search index up with the store now; the number of messages indexed.
+    pub async fn flush_index(&self) -> Result<u64, RuntimeError> {
+        let shared = &self.inner.shared;
+        let deadline = Instant::now() + shared.call_timeout();
+        loop {
+            let indexer = shared
+                .services
+                .indexer
+                .wait(ActorKind::Indexer, shared, deadline)
+                .await?;
+            match ask(&indexer, shared.call_timeout(), indexer::IndexerMsg::Flush).await {
+                Ok(result) => return result,
+                Err(AskError::Timeout) => return Err(timeout(ActorKind::Indexer, shared)),
+                Err(AskError::Gone) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(5)).await
+                }
+                Err(AskError::Gone) => return Err(gone(ActorKind::Indexer)),
+            }
+        }
+    }
+
+    /// Runs the integrity check now (and the safe repairs if `repair`).
+    pub async fn check_integrity(&self, repair: bool) -> Result<IntegrityOutcome, RuntimeError> {
+        let shared = &self.inner.shared;
+        let deadline = Instant::now() + shared.call_timeout();
+        loop {
+            let actor = shared
+                .services
+                .integrity
+                .wait(ActorKind::Integrity, shared, deadline)
+                .await?;
+            let answer = ask(&actor, shared.call_timeout(), |reply| {
+                integrity::IntegrityMsg::Check { repair, reply }
+            })
+            .await;
+            match answer {
+                Ok(result) => return result,
+                Err(AskError::Timeout) => return Err(timeout(ActorKind::Integrity, shared)),
+                Err(AskError::Gone) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(5)).await
+                }
+                Err(AskError::Gone) => return Err(gone(ActorKind::Integrity)),
+            }
+        }
+    }
+
+    /// The supervisor's observable state (live sessions, restarts, stalls).
+    pub async fn supervisor_stats(&self) -> Result<SupervisorStats, RuntimeError> {
+        let shared = &self.inner.shared;
+        ask(&self.inner.root, shared.call_timeout(), RootMsg::Stats)
+            .await
+            .map_err(|_| gone(ActorKind::Runtime))
+    }
+
+    /// The compactor's observable state (running, queued, finished, worker failures).
+    pub async fn compactor_stats(&self) -> Result<CompactorStats, RuntimeError> {
+        let shared = &self.inner.shared;
+        let deadline = Instant::now() + shared.call_timeout();
+        let compactor = shared
+            .services
+            .compactor
+            .wait(ActorKind::Compactor, shared, deadline)
+            .await?;
+        ask(&compactor, shared.call_timeout(), compactor::CompactorMsg::Stats)
+            .await
+            .map_err(|_| gone(ActorKind::Compactor))
+    }
+
+    /// Stops the runtime: no new work is taken; running compactions get up to `grace` to
+    /// finish (then they are abandoned, which is safe: every pass is one transaction); queued
+    /// appends and context requests are served; the index catches up; the actors stop.
+    pub async fn shutdown(&self, grace: Duration) -> Result<(), RuntimeError> {
+        let shared = Arc::clone(&self.inner.shared);
+        let deadline = Instant::now() + grace;
+        let sessions = ask(&self.inner.root, grace.max(Duration::from_millis(100)), |reply| {
+            RootMsg::BeginShutdown(reply)
+        })
+        .await
+        .unwrap_or_default();
+        shared.set_closing();
+        // Running compactions finish (or the grace period ends); nothing queued starts.
+        if let Some(compactor) = shared.services.compactor.get() {
+            let _ = compactor.cast(compactor::CompactorMsg::Drain);
+            while Instant::now() < deadline {
+                match ask(&compactor, Duration::from_secs(1), compactor::CompactorMsg::Stats).await
+                {
+                    Ok(stats) if stats.running > 0 => {
+                        tokio::time::sleep(Duration::from_millis(10)).await
+                    }
+                    _ => break,
+                }
+            }
+        }
+        for session in sessions {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let _ = session
+                .drain_and_wait(Some(remaining.max(Duration::from_millis(10))))
+                .await;
+        }
+        if let Some(indexer) = shared.services.indexer.get() {
+            let _ = ask(&indexer, grace.max(Duration::from_secs(1)), indexer::IndexerMsg::Flush).await;
+        }
+        self.inner.root.stop(Some("shutdown".into()));
+        let task = self
+            .inner
+            .root_task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        shared.writer.close();
+        let thread = self
+            .inner
+            .writer_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        // Blocking tasks that still hold the shared state finish quickly; wait for them so the
+        // store file is free once every handle is dropped.
+        let until = Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&shared) > 2 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
+    fn check_open(&self) -> Result<(), RuntimeError> {
+        if self.inner.shared.is_closing() {
+            Err(RuntimeError::ShuttingDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn session_actor(&self, id: SessionId) -> Result<ActorRef<SessionMsg>, RuntimeError> {
+        let shared = &self.inner.shared;
+        let deadline = Instant::now() + shared.call_timeout();
+        loop {
+            self.check_open()?;
+            let answer = ask(&self.inner.root, shared.call_timeout(), |reply| {
+                RootMsg::Session { session: id, reply }
+            })
+            .await;
+            match answer {
+                Ok(Err(RuntimeError::Restarting { retry_after, .. }))
+                    if Instant::now() + retry_after < deadline =>
+                {
+                    tokio::time::sleep(retry_after).await;
+                }
+                Ok(result) => return result,
+                Err(_) if shared.is_closing() => return Err(RuntimeError::ShuttingDown),
+                Err(_) => return Err(gone(ActorKind::Runtime)),
+            }
+        }
+    }
+}
+
+fn timeout(kind: ActorKind, shared: &Shared) -> RuntimeError {
+    RuntimeError::Timeout {
+        kind,
+        timeout: shared.call_timeout(),
+    }
+}
+
+fn gone(kind: ActorKind) -> RuntimeError {
+    RuntimeError::Unavailable {
+        kind,
+        detail: "it stopped".into(),
+    }
+}
+
+fn open_store(
+    location: StoreLocation,
+    config: &Config,
+) -> Result<(Store, SearchIndex), RuntimeError> {
+    match location {
+        StoreLocation::Dir(path) => {
+            let dir = DataDir::open(&path, config)?;
+            Ok((dir.store, dir.index))
+        }
+        StoreLocation::Memory => {
+            let counter = TokenCounter::new(config.tokenizer.encoding());
+            let store = Store::open_in_memory(StoreOptions { counter })?;
+            let index = SearchIndex::open_in_ram(&store, &config.search)?;
+            Ok((store, index))
+        }
+    }
+}
+
+/// Why a call to a session actor got no answer.
+enum CallError {
+    /// The actor died before answering.
+    Gone,
+    /// No answer in time.
+    Timeout,
+    /// The runtime refused to start the session's actor.
+    Refused(RuntimeError),
+}
+
+/// A host's handle on one session. Calls go to the session's actor, which is started on first
+/// use, stops when idle, and is restarted (transparently for idempotent calls) if it fails.
+pub struct SessionHandle {
+    runtime: Runtime,
+    id: SessionId,
+    actor: Mutex<Option<ActorRef<SessionMsg>>>,
+}
+
+impl SessionHandle {
+    /// The session's id.
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// Appends one message; durable when it returns.
+    pub async fn append(&self, message: NewMessage) -> Result<Appended, RuntimeError> {
+        let mut out = self.append_batch(vec![message]).await?;
+        out.pop()
+            .ok_or_else(|| RuntimeError::Invalid("nothing was appended".into()))
+    }
+
+    /// Appends messages in one transaction; durable when it returns.
+    ///
+    /// If the session's actor dies before answering, a batch whose messages all have a
+    /// `source_key` is retried against the restarted actor (the keys make the retry
+    /// idempotent); otherwise [`RuntimeError::Unacknowledged`] says the outcome is unknown.
+    pub async fn append_batch(
+        &self,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<Appended>, RuntimeError> {
+        let retryable = messages.iter().all(|m| m.source_key.is_some());
+        let keep = retryable.then(|| messages.clone());
+        let mut pending = Some(messages);
+        let deadline = Instant::now() + self.runtime.inner.shared.call_timeout();
+        loop {
+            let batch = match pending.take() {
+                Some(b) => b,
+                None => keep.clone().unwrap_or_default(),
+            };
+            let answer = self
+                .call(|reply| SessionMsg::Append {
+                    messages: batch,
+                    reply,
+                })
+                .await;
+            match answer {
+                Ok(result) => return result,
+                Err(CallError::Refused(error)) => return Err(error),
+                Err(CallError::Timeout) => {
+                    return Err(timeout(ActorKind::Session, &self.runtime.inner.shared));
+                }
+                Err(CallError::Gone) if retryable && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(CallError::Gone) => {
+                    return Err(RuntimeError::Unacknowledged { session: self.id });
+                }
+            }
+        }
+    }
+
+    /// The context to send to a model whose window is `budget` tokens (the configured safety
+    /// margin is kept free). Below the soft threshold this only reads; between soft and hard it
+    /// starts a background compaction and answers at once; above hard it waits for compaction.
+    pub async fn context(&self, budget: u64) -> Result<AssembledContext, RuntimeError> {
+        let deadline = Instant::now() + self.runtime.inner.shared.call_timeout();
+        loop {
+            match self
+                .call(|reply| SessionMsg::Context { budget, reply })
+                .await
+            {
+                Ok(result) => return result,
+                Err(CallError::Refused(error)) => return Err(error),
+                Err(CallError::Timeout) => {
+                    return Err(timeout(ActorKind::Session, &self.runtime.inner.shared));
+                }
+                // Reading is idempotent: ask the restarted actor.
+                Err(CallError::Gone) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(CallError::Gone) => return Err(gone(ActorKind::Session)),
+            }
+        }
+    }
+
+    /// The session actor's observable state.
+    pub async fn stats(&self) -> Result<SessionStats, RuntimeError> {
+        self.call(SessionMsg::Stats).await.map_err(|e| match e {
+            CallError::Refused(error) => error,
+            _ => gone(ActorKind::Session),
+        })
+    }
+
+    /// Sends one RPC to the session's actor (resolving it through the root when needed).
+    async fn call<T: Send + 'static>(
+        &self,
+        build: impl FnOnce(ractor::RpcReplyPort<T>) -> SessionMsg,
+    ) -> Result<T, CallError> {
+        let actor = match self.cached_actor() {
+            Some(actor) => actor,
+            None => {
+                let actor = self
+                    .runtime
+                    .session_actor(self.id)
+                    .await
+                    .map_err(CallError::Refused)?;
+                *self.actor.lock().unwrap_or_else(|p| p.into_inner()) = Some(actor.clone());
+                actor
+            }
+        };
+        match ask(&actor, self.runtime.inner.shared.call_timeout(), build).await {
+            Ok(value) => Ok(value),
+            Err(AskError::Timeout) => Err(CallError::Timeout),
+            Err(AskError::Gone) => {
+                *self.actor.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                Err(CallError::Gone)
+            }
+        }
+    }
+
+    fn cached_actor(&self) -> Option<ActorRef<SessionMsg>> {
+        let cached = self.actor.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        cached.filter(|a| {
+            matches!(
+                a.get_status(),
+                ractor::ActorStatus::Running | ractor::ActorStatus::Starting
+            )
+        })
+    }
+}

@@ -1,0 +1,419 @@
+//! CompactorActor: runs compactions off the sessions' path, a bounded number at a time.
+//!
+//! Each compaction runs in its own `CompactionWorker` child (one per job), so the compactor
+//! itself only schedules: it queues jobs beyond `runtime.max_concurrent_compactions`, keeps one
+//! job per session, forwards each result to the session's current actor, and supervises the
+//! workers. A worker that panics or is killed as stuck is retried with backoff up to
+//! `runtime.compaction_max_attempts` times. Nothing is ever half-applied: each pass of a
+//! compaction is one redb transaction that is refused if its span changed.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lcm_core::ids::SessionId;
+use lcm_core::summary::NewSummary;
+use lcm_llm::provider::{Completion, ProviderError};
+use lcm_llm::summarize::{Summarizer, SummaryCall};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+
+use super::events::RuntimeEvent;
+use super::faults::{FaultPoint, Faults};
+use super::session::SessionMsg;
+use super::shared::Shared;
+use super::supervision::{ActorKind, Heartbeat, backoff};
+use crate::compaction::{CompactionObserver, CompactionReport, PassReport, compact_shared};
+
+/// A compaction requested by a session.
+#[derive(Clone)]
+pub(crate) struct CompactJob {
+    pub(crate) session: SessionId,
+    pub(crate) budget: u64,
+    /// The session's id for this request (stale answers are ignored by the session).
+    pub(crate) ticket: u64,
+    pub(crate) reply_to: ActorRef<SessionMsg>,
+}
+
+/// What a compaction came to, as sent back to the session.
+#[derive(Debug, Clone)]
+pub(crate) struct CompactionOutcome {
+    pub(crate) ticket: u64,
+    pub(crate) attempts: u32,
+    pub(crate) result: Result<CompactionReport, String>,
+}
+
+/// Observable state of the compactor (for tests and stats).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactorStats {
+    /// Compactions running now.
+    pub running: usize,
+    /// Compactions waiting for a free slot.
+    pub queued: usize,
+    /// Compactions finished since the compactor started.
+    pub finished: u64,
+    /// Worker attempts that crashed or stalled.
+    pub worker_failures: u64,
+}
+
+/// Messages of the [`CompactorActor`].
+pub(crate) enum CompactorMsg {
+    /// Compact a session (replaces the session's queued or running request's reply address).
+    Compact(CompactJob),
+    /// A worker finished its run (sent by the worker before it stops).
+    Finished {
+        session: SessionId,
+        result: Result<CompactionReport, String>,
+    },
+    /// Start a job again after a failed attempt (sent after the backoff delay).
+    Retry(SessionId),
+    /// Look for stuck workers.
+    Heartbeat,
+    /// Observable state.
+    Stats(RpcReplyPort<CompactorStats>),
+    /// Stop taking queued jobs (shutdown): running ones finish.
+    Drain,
+}
+
+pub(crate) struct CompactorActor;
+
+struct Job {
+    job: CompactJob,
+    attempts: u32,
+    worker: Option<(ActorId, Arc<Heartbeat>, ractor::ActorCell)>,
+    /// Set once the worker reported, so its normal termination is not a failure.
+    finished: bool,
+}
+
+pub(crate) struct CompactorState {
+    shared: Arc<Shared>,
+    heartbeat: Arc<Heartbeat>,
+    jobs: HashMap<SessionId, Job>,
+    queue: VecDeque<SessionId>,
+    workers: HashMap<ActorId, SessionId>,
+    finished: u64,
+    worker_failures: u64,
+    draining: bool,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl CompactorState {
+    fn running(&self) -> usize {
+        self.workers.len()
+    }
+}
+
+#[ractor::async_trait]
+impl Actor for CompactorActor {
+    type Msg = CompactorMsg;
+    type State = CompactorState;
+    type Arguments = (Arc<Shared>, Arc<Heartbeat>);
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        (shared, heartbeat): Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let period = Duration::from_millis(shared.config.runtime.heartbeat_ms);
+        let ticker = myself.send_interval(period, || CompactorMsg::Heartbeat);
+        Ok(CompactorState {
+            shared,
+            heartbeat,
+            jobs: HashMap::new(),
+            queue: VecDeque::new(),
+            workers: HashMap::new(),
+            finished: 0,
+            worker_failures: 0,
+            draining: false,
+            ticker: Some(ticker),
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(t) = state.ticker.take() {
+            t.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _busy = state.heartbeat.busy();
+        match message {
+            CompactorMsg::Compact(job) => {
+                let session = job.session;
+                match state.jobs.get_mut(&session) {
+                    // One compaction per session: a new request only updates where the result
+                    // goes (the session actor may have restarted).
+                    Some(existing) => existing.job = job,
+                    None => {
+                        state.jobs.insert(
+                            session,
+                            Job {
+                                job,
+                                attempts: 0,
+                                worker: None,
+                                finished: false,
+                            },
+                        );
+                        state.queue.push_back(session);
+                    }
+                }
+                start_queued(&myself, state).await;
+            }
+            CompactorMsg::Finished { session, result } => {
+                if let Some(job) = state.jobs.get_mut(&session) {
+                    job.finished = true;
+                    if let Some((id, _, _)) = job.worker.take() {
+                        state.workers.remove(&id);
+                    }
+                }
+                if let Some(job) = state.jobs.remove(&session) {
+                    state.finished += 1;
+                    reply(&job, result);
+                }
+                start_queued(&myself, state).await;
+            }
+            CompactorMsg::Retry(session) => {
+                if state.jobs.contains_key(&session) && !state.queue.contains(&session) {
+                    state.queue.push_front(session);
+                }
+                start_queued(&myself, state).await;
+            }
+            CompactorMsg::Heartbeat => {
+                for job in state.jobs.values() {
+                    if let Some((_, hb, cell)) = &job.worker
+                        && let Some(busy) = hb.stalled(&state.shared.config.runtime)
+                    {
+                        state.shared.emit(RuntimeEvent::ActorStalled {
+                            kind: ActorKind::CompactionWorker,
+                            session: Some(job.job.session),
+                            busy_ms: busy.as_millis() as u64,
+                        });
+                        cell.kill();
+                    }
+                }
+            }
+            CompactorMsg::Stats(reply) => {
+                let _ = reply.send(CompactorStats {
+                    running: state.running(),
+                    queued: state.queue.len(),
+                    finished: state.finished,
+                    worker_failures: state.worker_failures,
+                });
+            }
+            CompactorMsg::Drain => {
+                state.draining = true;
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Never the default (which stops the supervisor): a worker's end is handled here.
+        let (cell, error) = match event {
+            SupervisionEvent::ActorFailed(cell, error) => (cell, error.to_string()),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                if reason.as_deref() == Some(WORKER_DONE) {
+                    // A normal end: its `Finished` message (sent before stopping) carries the
+                    // result; supervision events may overtake it, so only free the slot here.
+                    if let Some(session) = state.workers.remove(&cell.get_id())
+                        && let Some(job) = state.jobs.get_mut(&session)
+                    {
+                        job.worker = None;
+                        job.finished = true;
+                    }
+                    start_queued(&myself, state).await;
+                    return Ok(());
+                }
+                (cell, reason.unwrap_or_else(|| "terminated".into()))
+            }
+            _ => return Ok(()),
+        };
+        let Some(session) = state.workers.remove(&cell.get_id()) else {
+            return Ok(()); // A worker that already reported.
+        };
+        let Some(job) = state.jobs.get_mut(&session) else {
+            return Ok(());
+        };
+        job.worker = None;
+        if job.finished {
+            return Ok(());
+        }
+        state.worker_failures += 1;
+        state.shared.emit(RuntimeEvent::ActorFailed {
+            kind: ActorKind::CompactionWorker,
+            session: Some(session),
+            error: error.clone(),
+        });
+        let config = &state.shared.config.runtime;
+        if job.attempts >= config.compaction_max_attempts || state.draining {
+            if let Some(job) = state.jobs.remove(&session) {
+                reply(&job, Err(format!("compaction worker failed: {error}")));
+            }
+        } else {
+            let delay = backoff(job.attempts, config);
+            myself.send_after(delay, move || CompactorMsg::Retry(session));
+        }
+        start_queued(&myself, state).await;
+        Ok(())
+    }
+}
+
+fn reply(job: &Job, result: Result<CompactionReport, String>) {
+    let _ = job
+        .job
+        .reply_to
+        .cast(SessionMsg::CompactionDone(CompactionOutcome {
+            ticket: job.job.ticket,
+            attempts: job.attempts,
+            result,
+        }));
+}
+
+/// Starts queued jobs while slots are free.
+async fn start_queued(myself: &ActorRef<CompactorMsg>, state: &mut CompactorState) {
+    let limit = state.shared.config.runtime.max_concurrent_compactions;
+    while !state.draining && state.running() < limit {
+        let Some(session) = state.queue.pop_front() else {
+            return;
+        };
+        let Some(job) = state.jobs.get_mut(&session) else {
+            continue;
+        };
+        job.attempts += 1;
+        let heartbeat = Heartbeat::new();
+        let args = WorkerArgs {
+            shared: Arc::clone(&state.shared),
+            session,
+            budget: job.job.budget,
+            compactor: myself.clone(),
+            heartbeat: Arc::clone(&heartbeat),
+        };
+        match CompactionWorker::spawn_linked(None, CompactionWorker, args, myself.get_cell()).await
+        {
+            Ok((worker, _)) => {
+                state.workers.insert(worker.get_id(), session);
+                job.worker = Some((worker.get_id(), heartbeat, worker.get_cell()));
+                let _ = worker.cast(WorkerMsg::Run);
+            }
+            Err(error) => {
+                if let Some(job) = state.jobs.remove(&session) {
+                    reply(&job, Err(format!("could not start a compaction worker: {error}")));
+                }
+            }
+        }
+    }
+}
+
+struct CompactionWorker;
+
+/// The stop reason of a worker that finished (successfully or with an error it reported).
+const WORKER_DONE: &str = "done";
+
+struct WorkerArgs {
+    shared: Arc<Shared>,
+    session: SessionId,
+    budget: u64,
+    compactor: ActorRef<CompactorMsg>,
+    heartbeat: Arc<Heartbeat>,
+}
+
+enum WorkerMsg {
+    Run,
+}
+
+#[ractor::async_trait]
+impl Actor for CompactionWorker {
+    type Msg = WorkerMsg;
+    type State = WorkerArgs;
+    type Arguments = WorkerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        WorkerMsg::Run: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _busy = state.heartbeat.busy();
+        let shared = &state.shared;
+        let summarizer = FaultySummarizer {
+            inner: Arc::clone(&shared.summarizer),
+            faults: Arc::clone(&shared.faults),
+        };
+        let mut observer = WorkerObserver {
+            faults: Arc::clone(&shared.faults),
+        };
+        let started = Instant::now();
+        let result = compact_shared(
+            Arc::clone(&shared.store),
+            state.session,
+            state.budget,
+            &shared.config.compaction,
+            &summarizer,
+            &mut observer,
+        )
+        .await
+        .map_err(|e| e.to_string());
+        tracing::debug!(session = %state.session, elapsed_ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "compaction run ended");
+        let _ = state.compactor.cast(CompactorMsg::Finished {
+            session: state.session,
+            result,
+        });
+        myself.stop(Some(WORKER_DONE.into()));
+        Ok(())
+    }
+}
+
+/// Fault points around a compaction's commits.
+struct WorkerObserver {
+    faults: Arc<Faults>,
+}
+
+impl CompactionObserver for WorkerObserver {
+    fn before_apply(&mut self, _summary: &NewSummary) {
+        self.faults.hit(FaultPoint::CompactorBeforeCommit);
+    }
+
+    fn after_apply(&mut self, _pass: &PassReport) {
+        self.faults.hit(FaultPoint::CompactorAfterCommit);
+    }
+}
+
+/// The runtime's summariser with the mid-call fault point in front of it.
+struct FaultySummarizer {
+    inner: Arc<dyn Summarizer>,
+    faults: Arc<Faults>,
+}
+
+#[async_trait::async_trait]
+impl Summarizer for FaultySummarizer {
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    async fn summarize(&self, call: &SummaryCall<'_>) -> Result<Completion, ProviderError> {
+        self.faults.hit_async(FaultPoint::CompactorMidLlmCall).await;
+        self.inner.summarize(call).await
+    }
+}

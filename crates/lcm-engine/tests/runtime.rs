@@ -1,0 +1,262 @@
+//! The actor runtime through its public API: zero work below the soft threshold, background
+//! compaction between soft and hard, waiting above hard, idle stop and restart, shutdown and
+//! reopen with nothing lost, clear errors on bad input.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use lcm_core::config::Config;
+use lcm_core::ids::SessionId;
+use lcm_core::message::{NewMessage, Role};
+use lcm_core::tokens::{Encoding, TokenCounter};
+use lcm_engine::runtime::{Runtime, RuntimeError, RuntimeEvent, RuntimeOptions};
+use lcm_llm::extractive::ExtractiveSummarizer;
+use lcm_llm::provider::{Completion, ProviderError};
+use lcm_llm::summarize::{Summarizer, SummaryCall};
+
+/// The extractive summariser, counting its calls.
+struct Counting {
+    inner: ExtractiveSummarizer,
+    calls: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl Summarizer for Counting {
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+    async fn summarize(&self, call: &SummaryCall<'_>) -> Result<Completion, ProviderError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.summarize(call).await
+    }
+}
+
+fn counting() -> Arc<Counting> {
+    Arc::new(Counting {
+        inner: ExtractiveSummarizer::new(TokenCounter::new(Encoding::O200kBase)),
+        calls: AtomicU32::new(0),
+    })
+}
+
+/// A configuration scaled down so that a few hundred short messages cross the thresholds.
+fn small_config() -> Config {
+    let mut config = Config::default();
+    config.compaction.fresh_tail = 8;
+    config.compaction.leaf_chunk_tokens = 600;
+    config.compaction.leaf_target_tokens = 150;
+    config.compaction.condensed_target_tokens = 200;
+    config.runtime.heartbeat_ms = 50;
+    config.runtime.index_interval_ms = 20;
+    config
+}
+
+fn message(i: usize) -> NewMessage {
+    let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+    NewMessage::text(
+        role,
+        format!(
+            "turn {i}: the deployment checklist item {i} concerns the staging cluster and its \
+             rollback plan, owner team-{} with ticket ref-{i}",
+            i % 7
+        ),
+    )
+    .with_source_key(format!("k{i}"))
+}
+
+async fn open(config: Config, summarizer: Arc<Counting>) -> Runtime {
+    Runtime::open(RuntimeOptions::in_memory(config).with_summarizer(summarizer))
+        .await
+        .expect("runtime opens")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn below_the_soft_threshold_no_summariser_call_and_no_compaction() {
+    let summarizer = counting();
+    let rt = open(small_config(), Arc::clone(&summarizer)).await;
+    let s = rt.session("quiet").await.unwrap();
+    for i in 0..40 {
+        s.append(message(i)).await.unwrap();
+        let ctx = s.context(1_000_000).await.unwrap();
+        assert_eq!(ctx.items.len(), i + 1);
+    }
+    assert_eq!(summarizer.calls.load(Ordering::SeqCst), 0);
+    let stats = s.stats().await.unwrap();
+    assert_eq!(stats.compactions_requested, 0);
+    assert!(!stats.compacting);
+    assert_eq!(rt.compactor_stats().await.unwrap().finished, 0);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn between_soft_and_hard_compaction_runs_in_the_background() {
+    let summarizer = counting();
+    let rt = open(small_config(), Arc::clone(&summarizer)).await;
+    let mut events = rt.subscribe();
+    let s = rt.session("busy").await.unwrap();
+    let batch: Vec<NewMessage> = (0..120).map(message).collect();
+    s.append_batch(batch).await.unwrap();
+    let total = s.context(1_000_000).await.unwrap().tokens;
+    // A budget that puts the context between soft (0.75) and hard (0.9), after the margin.
+    let budget = ((total as f64) / 0.82 / 0.95) as u64;
+    let ctx = s.context(budget).await.unwrap();
+    assert_eq!(ctx.tokens, total, "the turn is answered at once, uncompacted");
+    // The compaction finishes in the background and the next turn sees it.
+    let finished = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match events.recv().await {
+                Ok(RuntimeEvent::CompactionFinished { session, passes, .. })
+                    if session == s.id() =>
+                {
+                    return passes;
+                }
+                Ok(_) => {}
+                Err(e) => panic!("event stream: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("a compaction finished");
+    assert!(finished > 0);
+    let after = s.context(budget).await.unwrap();
+    assert!(after.tokens < ctx.tokens, "{} < {}", after.tokens, ctx.tokens);
+    assert!(summarizer.calls.load(Ordering::SeqCst) > 0);
+    // Every message is still reachable exactly once.
+    let reached = rt.store().context_messages(s.id()).unwrap();
+    assert_eq!(reached.len(), 120);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn above_hard_the_turn_waits_for_compaction() {
+    let summarizer = counting();
+    let rt = open(small_config(), Arc::clone(&summarizer)).await;
+    let s = rt.session("over").await.unwrap();
+    s.append_batch((0..200).map(message).collect()).await.unwrap();
+    let total = s.context(10_000_000).await.unwrap().tokens;
+    let budget = total / 2;
+    let ctx = s.context(budget).await.unwrap();
+    let hard = (0.9 * (budget as f64 * 0.95)) as u64;
+    assert!(ctx.tokens <= hard, "{} <= {hard}", ctx.tokens);
+    assert_eq!(rt.store().context_messages(s.id()).unwrap().len(), 200);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_stop_and_restart_on_next_use() {
+    let mut config = small_config();
+    config.runtime.idle_timeout_s = 1;
+    let rt = open(config, counting()).await;
+    let mut events = rt.subscribe();
+    let s = rt.session("idle").await.unwrap();
+    s.append(message(0)).await.unwrap();
+    assert_eq!(rt.supervisor_stats().await.unwrap().live_sessions, 1);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Ok(RuntimeEvent::SessionStopped { session, reason }) = events.recv().await
+                && session == s.id()
+            {
+                assert_eq!(reason, "idle");
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the idle session stopped");
+    assert_eq!(rt.supervisor_stats().await.unwrap().live_sessions, 0);
+    // The next call starts it again, from the store.
+    s.append(message(1)).await.unwrap();
+    assert_eq!(s.context(1_000_000).await.unwrap().items.len(), 2);
+    let stats = rt.supervisor_stats().await.unwrap();
+    assert_eq!(stats.live_sessions, 1);
+    assert!(stats.restarts.iter().all(|(_, n)| *n == 0), "{stats:?}");
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_then_reopen_keeps_every_acknowledged_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut acknowledged = Vec::new();
+    {
+        let rt = Runtime::open(
+            RuntimeOptions::dir(dir.path(), config.clone()).with_summarizer(counting()),
+        )
+        .await
+        .unwrap();
+        for k in 0..5 {
+            let s = rt.session(&format!("s{k}")).await.unwrap();
+            for i in 0..30 {
+                let a = s.append(message(i)).await.unwrap();
+                acknowledged.push((s.id(), a.id));
+            }
+        }
+        rt.flush_index().await.unwrap();
+        rt.shutdown(Duration::from_secs(5)).await.unwrap();
+        // After shutdown nothing new is taken.
+        assert!(matches!(
+            rt.session("late").await,
+            Err(RuntimeError::ShuttingDown)
+        ));
+    }
+    let rt = Runtime::open(RuntimeOptions::dir(dir.path(), config).with_summarizer(counting()))
+        .await
+        .expect("the store file was released and reopens");
+    for (session, id) in &acknowledged {
+        let m = rt.store().message(*id).unwrap();
+        assert_eq!(m.session, *session);
+    }
+    assert_eq!(rt.store().stats().unwrap().messages, acknowledged.len() as u64);
+    assert_eq!(rt.index().watermark().0, acknowledged.len() as u64);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let rt = open(small_config(), counting()).await;
+    let s = rt.session("strict").await.unwrap();
+    s.append(message(0)).await.unwrap();
+    let before = rt.store().stats().unwrap();
+
+    let err = match rt.session_by_id(SessionId(9_999)).await {
+        Err(e) => e,
+        Ok(_) => panic!("unknown session accepted"),
+    };
+    assert!(err.to_string().contains("ses_9999"), "{err}");
+
+    let empty = NewMessage {
+        parts: Vec::new(),
+        ..NewMessage::text(Role::User, "")
+    };
+    let err = s.append_batch(vec![message(1), empty]).await.unwrap_err();
+    assert!(err.to_string().contains("message 1 of the batch"), "{err}");
+
+    let err = s.context(0).await.unwrap_err();
+    assert!(err.to_string().contains("budget"), "{err}");
+
+    assert_eq!(rt.store().stats().unwrap(), before);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_from_many_sessions_are_group_committed_and_all_kept() {
+    let rt = open(small_config(), counting()).await;
+    let mut tasks = Vec::new();
+    for k in 0..20 {
+        let rt = rt.clone();
+        tasks.push(tokio::spawn(async move {
+            let s = rt.session(&format!("c{k}")).await.unwrap();
+            for i in 0..50 {
+                s.append(message(i)).await.unwrap();
+            }
+            s.id()
+        }));
+    }
+    for t in tasks {
+        let id = t.await.unwrap();
+        let info = rt.store().session(id).unwrap();
+        assert_eq!(info.message_count, 50);
+    }
+    assert_eq!(rt.store().stats().unwrap().messages, 1_000);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
