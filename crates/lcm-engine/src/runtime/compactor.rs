@@ -360,9 +360,11 @@ impl Actor for CompactionWorker {
         let summarizer = FaultySummarizer {
             inner: Arc::clone(&shared.summarizer),
             faults: Arc::clone(&shared.faults),
+            session: state.session,
         };
         let mut observer = WorkerObserver {
             faults: Arc::clone(&shared.faults),
+            session: state.session,
         };
         let started = Instant::now();
         let result = compact_shared(
@@ -388,15 +390,16 @@ impl Actor for CompactionWorker {
 /// Fault points around a compaction's commits.
 struct WorkerObserver {
     faults: Arc<Faults>,
+    session: SessionId,
 }
 
 impl CompactionObserver for WorkerObserver {
     fn before_apply(&mut self, _summary: &NewSummary) {
-        self.faults.hit(FaultPoint::CompactorBeforeCommit);
+        self.faults.hit(FaultPoint::CompactorBeforeCommit, Some(self.session));
     }
 
     fn after_apply(&mut self, _pass: &PassReport) {
-        self.faults.hit(FaultPoint::CompactorAfterCommit);
+        self.faults.hit(FaultPoint::CompactorAfterCommit, Some(self.session));
     }
 }
 
@@ -404,6 +407,7 @@ impl CompactionObserver for WorkerObserver {
 struct FaultySummarizer {
     inner: Arc<dyn Summarizer>,
     faults: Arc<Faults>,
+    session: SessionId,
 }
 
 #[async_trait::async_trait]
@@ -413,7 +417,7 @@ impl Summarizer for FaultySummarizer {
     }
 
     async fn summarize(&self, call: &SummaryCall<'_>) -> Result<Completion, ProviderError> {
-        self.faults.hit_async(FaultPoint::CompactorMidLlmCall).await;
+        self.faults.hit_async(FaultPoint::CompactorMidLlmCall, Some(self.session)).await;
         self.inner.summarize(call).await
     }
 }

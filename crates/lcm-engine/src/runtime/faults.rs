@@ -7,6 +7,8 @@
 //! workspace enable the feature through the root package's dev-dependencies.
 
 use std::fmt;
+
+use lcm_core::ids::SessionId;
 #[cfg(feature = "fault-injection")]
 use std::sync::Mutex;
 use std::time::Duration;
@@ -66,6 +68,8 @@ pub struct Faults {
 #[cfg(feature = "fault-injection")]
 struct Armed {
     point: FaultPoint,
+    /// Only hits on behalf of this session (any when `None`).
+    session: Option<SessionId>,
     fault: Fault,
     /// Hits of the point to let pass before the first fault.
     skip: u32,
@@ -85,8 +89,22 @@ impl Faults {
     /// Arms `point`: after `skip` hits, the next `times` hits inject `fault`.
     #[cfg(feature = "fault-injection")]
     pub fn arm(&self, point: FaultPoint, fault: Fault, skip: u32, times: u32) {
+        self.arm_for(point, None, fault, skip, times);
+    }
+
+    /// Like [`Faults::arm`], counting only hits on behalf of `session` (when given).
+    #[cfg(feature = "fault-injection")]
+    pub fn arm_for(
+        &self,
+        point: FaultPoint,
+        session: Option<SessionId>,
+        fault: Fault,
+        skip: u32,
+        times: u32,
+    ) {
         self.lock().push(Armed {
             point,
+            session,
             fault,
             skip,
             remaining: times,
@@ -117,11 +135,13 @@ impl Faults {
 
     /// The fault to inject now at `point`, if any (counts the hit).
     #[cfg(feature = "fault-injection")]
-    fn take(&self, point: FaultPoint) -> Option<Fault> {
+    fn take(&self, point: FaultPoint, session: Option<SessionId>) -> Option<Fault> {
         let mut armed = self.lock();
-        let a = armed
-            .iter_mut()
-            .find(|a| a.point == point && a.remaining > 0)?;
+        let a = armed.iter_mut().find(|a| {
+            a.point == point
+                && a.remaining > 0
+                && (a.session.is_none() || a.session == session)
+        })?;
         if a.skip > 0 {
             a.skip -= 1;
             return None;
@@ -131,30 +151,30 @@ impl Faults {
         Some(a.fault)
     }
 
-    /// Injects the armed fault at `point` from blocking code.
+    /// Injects the armed fault at `point` (on behalf of `session`) from blocking code.
     #[inline(always)]
-    pub fn hit(&self, point: FaultPoint) {
+    pub fn hit(&self, point: FaultPoint, session: Option<SessionId>) {
         #[cfg(feature = "fault-injection")]
-        match self.take(point) {
+        match self.take(point, session) {
             Some(Fault::Panic) => panic!("injected fault at {point}"),
             Some(Fault::Stall(d)) => std::thread::sleep(d),
             None => {}
         }
         #[cfg(not(feature = "fault-injection"))]
-        let _ = point;
+        let _ = (point, session);
     }
 
-    /// Injects the armed fault at `point` from async code.
+    /// Injects the armed fault at `point` (on behalf of `session`) from async code.
     #[inline(always)]
-    pub async fn hit_async(&self, point: FaultPoint) {
+    pub async fn hit_async(&self, point: FaultPoint, session: Option<SessionId>) {
         #[cfg(feature = "fault-injection")]
-        match self.take(point) {
+        match self.take(point, session) {
             Some(Fault::Panic) => panic!("injected fault at {point}"),
             Some(Fault::Stall(d)) => tokio::time::sleep(d).await,
             None => {}
         }
         #[cfg(not(feature = "fault-injection"))]
-        let _ = point;
+        let _ = (point, session);
     }
 }
 
@@ -175,8 +195,8 @@ mod tests {
             3,
         );
         for _ in 0..10 {
-            faults.hit(FaultPoint::SessionBeforeCommit);
-            faults.hit(FaultPoint::SessionAfterCommit);
+            faults.hit(FaultPoint::SessionBeforeCommit, None);
+            faults.hit(FaultPoint::SessionAfterCommit, None);
         }
         assert_eq!(faults.fired(FaultPoint::SessionBeforeCommit), 3);
         assert_eq!(faults.fired(FaultPoint::SessionAfterCommit), 0);
@@ -186,11 +206,23 @@ mod tests {
     fn panic_fault_panics_with_the_point_name() {
         let faults = Faults::default();
         faults.arm(FaultPoint::IntegrityMidCheck, Fault::Panic, 0, 1);
-        let err = std::panic::catch_unwind(|| faults.hit(FaultPoint::IntegrityMidCheck))
+        let err = std::panic::catch_unwind(|| faults.hit(FaultPoint::IntegrityMidCheck, None))
             .expect_err("armed point panics");
         let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(msg.contains("IntegrityMidCheck"), "{msg}");
         // Fired once: the next hit passes.
-        faults.hit(FaultPoint::IntegrityMidCheck);
+        faults.hit(FaultPoint::IntegrityMidCheck, None);
+    }
+
+    #[test]
+    fn scoped_faults_only_hit_their_session() {
+        let faults = Faults::default();
+        let s = Some(SessionId(7));
+        faults.arm_for(FaultPoint::SessionBeforeCommit, s, Fault::Stall(Duration::ZERO), 0, 5);
+        faults.hit(FaultPoint::SessionBeforeCommit, Some(SessionId(8)));
+        faults.hit(FaultPoint::SessionBeforeCommit, None);
+        assert_eq!(faults.fired(FaultPoint::SessionBeforeCommit), 0);
+        faults.hit(FaultPoint::SessionBeforeCommit, s);
+        assert_eq!(faults.fired(FaultPoint::SessionBeforeCommit), 1);
     }
 }

@@ -86,7 +86,7 @@ async fn catch_up(shared: &Arc<Shared>) -> Result<u64, RuntimeError> {
     let s = Arc::clone(shared);
     let indexed = join_blocking(
         tokio::task::spawn_blocking(move || {
-            s.faults.hit(FaultPoint::IndexerBeforeCommit);
+            s.faults.hit(FaultPoint::IndexerBeforeCommit, None);
             s.index.catch_up(&s.store, |_, _| {})
         })
         .await,

@@ -119,7 +119,7 @@ async fn run(
     let outcome = join_blocking(
         tokio::task::spawn_blocking(move || -> Result<IntegrityOutcome, RuntimeError> {
             let report = check(&s.store, Some(&s.index))?;
-            s.faults.hit(FaultPoint::IntegrityMidCheck);
+            s.faults.hit(FaultPoint::IntegrityMidCheck, None);
             if !with_repair || report.violations.is_empty() {
                 return Ok(IntegrityOutcome {
                     report,

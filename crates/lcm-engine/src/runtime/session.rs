@@ -216,14 +216,14 @@ async fn append(
     state
         .shared
         .faults
-        .hit_async(FaultPoint::SessionBeforeCommit)
+        .hit_async(FaultPoint::SessionBeforeCommit, Some(state.session))
         .await;
     let result = state.shared.writer.commit(prepared).await;
     if result.is_ok() {
         state
             .shared
             .faults
-            .hit_async(FaultPoint::SessionAfterCommit)
+            .hit_async(FaultPoint::SessionAfterCommit, Some(state.session))
             .await;
         if let Some(indexer) = state.shared.services.indexer.get() {
             let _ = indexer.cast(IndexerMsg::Dirty);

@@ -1,0 +1,255 @@
+//! Actor-runtime benchmarks.
+//!
+//! - **Zero-cost continuity**: a turn (append + context) of a session below the soft threshold
+//!   through the runtime, against the same two calls on the store directly (both durable, on
+//!   disk, in one run, so the ratio is meaningful).
+//! - **Turns per second** across 1, 10 and 100 concurrent sessions, and the **p50 / p99 latency**
+//!   of append and of context through the actors (printed as a table, not by criterion).
+//! - **Memory** per idle and per active session, for short and long histories (RSS deltas).
+//!
+//! `LCM_BENCH_QUICK=1` shortens the latency and memory runs. `LCM_BENCH_DIR` chooses where the
+//! temporary stores go.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use lcm::core::config::Config;
+use lcm::core::message::{NewMessage, Role};
+use lcm::engine::assemble;
+use lcm::engine::runtime::{Runtime, RuntimeOptions};
+use lcm::llm::ExtractiveSummarizer;
+use lcm::store::{Store, StoreOptions};
+use lcm::{Encoding, TokenCounter};
+
+fn counter() -> TokenCounter {
+    TokenCounter::new(Encoding::O200kBase)
+}
+
+fn quick() -> bool {
+    std::env::var_os("LCM_BENCH_QUICK").is_some()
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    match std::env::var_os("LCM_BENCH_DIR") {
+        Some(dir) => tempfile::tempdir_in(dir).expect("temp dir"),
+        None => tempfile::tempdir().expect("temp dir"),
+    }
+}
+
+fn message(i: u64) -> NewMessage {
+    let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+    NewMessage::text(
+        role,
+        format!("turn {i}: the build of module m{} passed; next, review the flaky test t{i}", i % 17),
+    )
+}
+
+fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+async fn open_runtime(dir: &std::path::Path) -> Runtime {
+    let summarizer = Arc::new(ExtractiveSummarizer::new(counter()));
+    Runtime::open(RuntimeOptions::dir(dir, Config::default()).with_summarizer(summarizer))
+        .await
+        .expect("runtime")
+}
+
+/// A budget far above any context here: every turn stays below the soft threshold.
+const HUGE_BUDGET: u64 = 100_000_000;
+
+fn zero_cost_continuity(c: &mut Criterion) {
+    let mut group = c.benchmark_group("turn_below_soft_threshold");
+    group.sample_size(30);
+    group.measurement_time(Duration::from_secs(8));
+
+    // Direct: the store's append (durable) and assembly, on the calling thread.
+    let dir = temp_dir();
+    let store = Store::open(dir.path().join("lcm.redb"), StoreOptions { counter: counter() })
+        .expect("store");
+    let session = store.create_session("direct", None).expect("session");
+    for i in 0..50 {
+        store.append(session, message(i)).expect("append");
+    }
+    let mut i = 50;
+    group.bench_function("store_direct", |b| {
+        b.iter(|| {
+            store.append(session, message(i)).expect("append");
+            i += 1;
+            let ctx = assemble(&store, session).expect("assemble");
+            std::hint::black_box(ctx.tokens);
+        })
+    });
+    drop(store);
+
+    // Through the runtime: session actor, group writer, assembler actor.
+    let rt_dir = temp_dir();
+    let tokio = tokio_runtime();
+    let rt = tokio.block_on(open_runtime(rt_dir.path()));
+    let handle = tokio.block_on(rt.session("actors")).expect("session");
+    tokio.block_on(async {
+        for i in 0..50 {
+            handle.append(message(i)).await.expect("append");
+        }
+    });
+    let mut i = 50;
+    group.bench_function("runtime_actors", |b| {
+        b.iter(|| {
+            tokio.block_on(async {
+                handle.append(message(i)).await.expect("append");
+                i += 1;
+                let ctx = handle.context(HUGE_BUDGET).await.expect("context");
+                std::hint::black_box(ctx.tokens);
+            })
+        })
+    });
+    group.finish();
+    let stats = tokio.block_on(handle.stats()).expect("stats");
+    assert_eq!(stats.compactions_requested, 0, "no compaction below soft");
+    tokio.block_on(rt.shutdown(Duration::from_secs(10))).expect("shutdown");
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[idx]
+}
+
+/// Turns per second and latency percentiles for `sessions` concurrent sessions.
+fn throughput_and_latency(_c: &mut Criterion) {
+    let tokio = tokio_runtime();
+    let turns_per_session: u64 = if quick() { 100 } else { 300 };
+    println!("\nruntime turns (append + context, durable, below soft), {turns_per_session} turns per session");
+    println!(
+        "| sessions | turns/s | append p50 | append p99 | context p50 | context p99 |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for sessions in [1u64, 10, 100] {
+        let dir = temp_dir();
+        let rt = tokio.block_on(open_runtime(dir.path()));
+        let started = Instant::now();
+        let (mut appends, mut contexts) = tokio.block_on(async {
+            let mut tasks = Vec::new();
+            for k in 0..sessions {
+                let rt = rt.clone();
+                tasks.push(tokio::spawn(async move {
+                    let s = rt.session(&format!("s{k}")).await.expect("session");
+                    let mut a = Vec::new();
+                    let mut c = Vec::new();
+                    for i in 0..turns_per_session {
+                        let t = Instant::now();
+                        s.append(message(i)).await.expect("append");
+                        a.push(t.elapsed());
+                        let t = Instant::now();
+                        let ctx = s.context(HUGE_BUDGET).await.expect("context");
+                        c.push(t.elapsed());
+                        std::hint::black_box(ctx.tokens);
+                    }
+                    (a, c)
+                }));
+            }
+            let mut a = Vec::new();
+            let mut c = Vec::new();
+            for t in tasks {
+                let (x, y) = t.await.expect("task");
+                a.extend(x);
+                c.extend(y);
+            }
+            (a, c)
+        });
+        let elapsed = started.elapsed();
+        appends.sort();
+        contexts.sort();
+        let turns = sessions * turns_per_session;
+        println!(
+            "| {sessions} | {:.0} | {:?} | {:?} | {:?} | {:?} |",
+            turns as f64 / elapsed.as_secs_f64(),
+            percentile(&appends, 0.5),
+            percentile(&appends, 0.99),
+            percentile(&contexts, 0.5),
+            percentile(&contexts, 0.99),
+        );
+        tokio.block_on(rt.shutdown(Duration::from_secs(10))).expect("shutdown");
+    }
+}
+
+/// Resident set size of this process, in bytes (Linux).
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// Memory of live session actors: RSS growth when `n` sessions become active (one context
+/// call each), for short and long histories, and after they idle out.
+fn memory_per_session(_c: &mut Criterion) {
+    let tokio = tokio_runtime();
+    let n: u64 = if quick() { 200 } else { 1_000 };
+    println!("\nmemory per session actor ({n} sessions)");
+    println!("| history per session | RSS per active session | RSS per idle session (actors stopped) |");
+    println!("| --- | --- | --- |");
+    for history in [10u64, 1_000] {
+        let dir = temp_dir();
+        let mut config = Config::default();
+        config.runtime.idle_timeout_s = 1;
+        let summarizer = Arc::new(ExtractiveSummarizer::new(counter()));
+        let rt = tokio
+            .block_on(Runtime::open(
+                RuntimeOptions::dir(dir.path(), config).with_summarizer(summarizer),
+            ))
+            .expect("runtime");
+        // Fill the store directly (fast), so that only actor memory is measured below.
+        let store = Arc::clone(rt.store());
+        let sessions: Vec<_> = (0..n)
+            .map(|k| {
+                let id = store.create_session(&format!("m{k}"), None).expect("session");
+                let batch: Vec<NewMessage> = (0..history).map(message).collect();
+                store.append_batch(id, batch).expect("append");
+                id
+            })
+            .collect();
+        let handles: Vec<_> = sessions
+            .iter()
+            .map(|id| tokio.block_on(rt.session_by_id(*id)).expect("handle"))
+            .collect();
+        let before = rss_bytes();
+        tokio.block_on(async {
+            for h in &handles {
+                h.context(HUGE_BUDGET).await.expect("context");
+            }
+        });
+        let active = rss_bytes().saturating_sub(before) / n;
+        // Let them idle out (idle_timeout_s = 1), then measure again.
+        std::thread::sleep(Duration::from_millis(2_500));
+        let live = tokio
+            .block_on(rt.supervisor_stats())
+            .expect("stats")
+            .live_sessions;
+        let idle = rss_bytes().saturating_sub(before) / n;
+        println!(
+            "| {history} messages | {:.1} KiB | {:.1} KiB ({live} actors left) |",
+            active as f64 / 1024.0,
+            idle as f64 / 1024.0
+        );
+        drop(handles);
+        tokio.block_on(rt.shutdown(Duration::from_secs(10))).expect("shutdown");
+    }
+}
+
+criterion_group!(
+    benches,
+    zero_cost_continuity,
+    throughput_and_latency,
+    memory_per_session
+);
+criterion_main!(benches);
