@@ -19,6 +19,7 @@ pub mod agent;
 pub mod assembly;
 pub mod compaction;
 pub mod controller;
+pub mod guard;
 pub mod operators;
 pub mod runtime;
 pub mod tools;
