@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let budget = 1_200; // the model's context window, in tokens
     for turn in 0..60 {
-        let (role, text) = if turn % 2 == 0 {
+        let (role, text) = if turn.is_multiple_of(2) {
             (Role::User, format!("Question {turn}: how do we roll out service s{} safely?", turn % 5))
         } else {
             (Role::Assistant, format!("Answer {turn}: canary 5% of s{} traffic, watch p99 latency and error budget for 30 minutes, then widen.", turn % 5))

@@ -52,7 +52,11 @@ fn small_config() -> Config {
 }
 
 fn message(i: usize) -> NewMessage {
-    let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+    let role = if i.is_multiple_of(2) {
+        Role::User
+    } else {
+        Role::Assistant
+    };
     NewMessage::text(
         role,
         format!(
@@ -100,14 +104,17 @@ async fn between_soft_and_hard_compaction_runs_in_the_background() {
     // A budget that puts the context between soft (0.75) and hard (0.9), after the margin.
     let budget = ((total as f64) / 0.82 / 0.95) as u64;
     let ctx = s.context(budget).await.unwrap();
-    assert_eq!(ctx.tokens, total, "the turn is answered at once, uncompacted");
+    assert_eq!(
+        ctx.tokens, total,
+        "the turn is answered at once, uncompacted"
+    );
     // The compaction finishes in the background and the next turn sees it.
     let finished = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             match events.recv().await {
-                Ok(RuntimeEvent::CompactionFinished { session, passes, .. })
-                    if session == s.id() =>
-                {
+                Ok(RuntimeEvent::CompactionFinished {
+                    session, passes, ..
+                }) if session == s.id() => {
                     return passes;
                 }
                 Ok(_) => {}
@@ -119,7 +126,12 @@ async fn between_soft_and_hard_compaction_runs_in_the_background() {
     .expect("a compaction finished");
     assert!(finished > 0);
     let after = s.context(budget).await.unwrap();
-    assert!(after.tokens < ctx.tokens, "{} < {}", after.tokens, ctx.tokens);
+    assert!(
+        after.tokens < ctx.tokens,
+        "{} < {}",
+        after.tokens,
+        ctx.tokens
+    );
     assert!(summarizer.calls.load(Ordering::SeqCst) > 0);
     // Every message is still reachable exactly once.
     let reached = rt.store().context_messages(s.id()).unwrap();
@@ -132,7 +144,9 @@ async fn above_hard_the_turn_waits_for_compaction() {
     let summarizer = counting();
     let rt = open(small_config(), Arc::clone(&summarizer)).await;
     let s = rt.session("over").await.unwrap();
-    s.append_batch((0..200).map(message).collect()).await.unwrap();
+    s.append_batch((0..200).map(message).collect())
+        .await
+        .unwrap();
     let total = s.context(10_000_000).await.unwrap().tokens;
     let budget = total / 2;
     let ctx = s.context(budget).await.unwrap();
@@ -206,7 +220,10 @@ async fn shutdown_then_reopen_keeps_every_acknowledged_message() {
         let m = rt.store().message(*id).unwrap();
         assert_eq!(m.session, *session);
     }
-    assert_eq!(rt.store().stats().unwrap().messages, acknowledged.len() as u64);
+    assert_eq!(
+        rt.store().stats().unwrap().messages,
+        acknowledged.len() as u64
+    );
     assert_eq!(rt.index().watermark().0, acknowledged.len() as u64);
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
 }

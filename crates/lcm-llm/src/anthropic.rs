@@ -104,12 +104,20 @@ impl Provider for AnthropicProvider {
 
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, ProviderError> {
         let body = self.request_body(request)?;
+        let answer = self.post(&body).await?;
+        parse_response(&answer)
+    }
+}
+
+impl AnthropicProvider {
+    /// POSTs `body` to the endpoint with the version and key headers, through the shared HTTP
+    /// layer (timeouts, retries, circuit breaker); used by completions and by tool-using chat.
+    pub(crate) async fn post(&self, body: &Value) -> Result<Value, ProviderError> {
         let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION.to_owned())];
         if let Some(key) = self.http.api_key() {
             headers.push(("x-api-key", key.to_owned()));
         }
-        let answer = self.http.post_json(&self.url, &headers, &body).await?;
-        parse_response(&answer)
+        self.http.post_json(&self.url, &headers, body).await
     }
 }
 

@@ -11,6 +11,9 @@
 //! - [`summarize`]: the [`Summarizer`] interface, the LLM-backed [`LlmSummarizer`] and
 //!   [`summarize_with_escalation`], the three-level escalation of the LCM paper (normal narrative,
 //!   aggressive bullet points, deterministic truncation) that always converges.
+//! - [`chat`]: chat with tools ([`ChatProvider`], [`ChatRequest`], [`ChatTurn`], [`ToolSpec`],
+//!   [`ToolCall`], [`ChatResponse`]), implemented by both providers over the same HTTP layer;
+//!   what sub-agents run on.
 //! - [`extractive`]: [`ExtractiveSummarizer`], a deterministic summariser with no network and no
 //!   key, which keeps the most informative sentences in their original order.
 //! - [`prompts`]: the summarisation prompts, one per DAG depth.
@@ -23,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod anthropic;
+pub mod chat;
 pub mod extractive;
 pub mod from_config;
 pub mod http;
@@ -35,6 +39,10 @@ pub mod testing;
 mod truncate;
 
 pub use anthropic::AnthropicProvider;
+pub use chat::{
+    ChatProvider, ChatRequest, ChatResponse, ChatTurn, StopReason, ToolArgumentsError, ToolCall,
+    ToolSpec, Usage,
+};
 pub use extractive::ExtractiveSummarizer;
 pub use from_config::summarizer_from_config;
 pub use http::HttpConfig;

@@ -82,12 +82,20 @@ impl Provider for OpenAiProvider {
 
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, ProviderError> {
         let body = self.request_body(request)?;
+        let answer = self.post(&body).await?;
+        parse_response(&answer)
+    }
+}
+
+impl OpenAiProvider {
+    /// POSTs `body` to the endpoint with the auth header, through the shared HTTP layer
+    /// (timeouts, retries, circuit breaker); used by completions and by tool-using chat.
+    pub(crate) async fn post(&self, body: &Value) -> Result<Value, ProviderError> {
         let mut headers = vec![];
         if let Some(key) = self.http.api_key() {
             headers.push(("authorization", format!("Bearer {key}")));
         }
-        let answer = self.http.post_json(&self.url, &headers, &body).await?;
-        parse_response(&answer)
+        self.http.post_json(&self.url, &headers, body).await
     }
 }
 

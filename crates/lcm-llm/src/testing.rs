@@ -73,7 +73,50 @@ pub enum ScriptedReply {
     /// When that message fences its content between lines of `=====`, only the fenced part is
     /// echoed. The default reply.
     Echo,
+    /// 200 with tool calls (`tool_calls` with `finish_reason: "tool_calls"` in the OpenAI shape,
+    /// `tool_use` blocks with `stop_reason: "tool_use"` in the Anthropic shape), optionally
+    /// preceded by `text`. Each call is `(name, arguments)`, the arguments as raw text: sent as
+    /// the `function.arguments` string in the OpenAI shape; in the Anthropic shape parsed into
+    /// the `input` object, or, when they are not JSON, sent as an `input` *string* (which the
+    /// client reads as malformed arguments). Call ids are `call_<request>_<index>` (OpenAI) and
+    /// `toolu_<request>_<index>` (Anthropic), `<request>` counting requests from 1.
+    ToolCalls {
+        /// Text before the calls, if any.
+        text: Option<String>,
+        /// `(tool name, raw arguments)`, in order.
+        calls: Vec<(String, String)>,
+    },
+    /// The reply a function computes from the request (for answers that depend on what was
+    /// asked, e.g. per item of a map job under concurrency). It may return any other reply,
+    /// including a delay.
+    Dynamic(Responder),
 }
+
+/// The function behind [`ScriptedReply::Dynamic`]. Two responders are equal when they are the
+/// same function object.
+#[derive(Clone)]
+pub struct Responder(Arc<dyn Fn(&RecordedRequest) -> ScriptedReply + Send + Sync>);
+
+impl Responder {
+    /// The reply to `request`.
+    pub fn reply(&self, request: &RecordedRequest) -> ScriptedReply {
+        (self.0)(request)
+    }
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Responder(..)")
+    }
+}
+
+impl PartialEq for Responder {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Responder {}
 
 impl ScriptedReply {
     /// A successful answer with `text`.
@@ -126,6 +169,41 @@ impl ScriptedReply {
     /// A 200 whose body is `body` (not JSON, typically).
     pub fn garbage(body: impl Into<String>) -> Self {
         ScriptedReply::Garbage(body.into())
+    }
+
+    /// A reply computed from each request by `respond` (see [`ScriptedReply::Dynamic`]).
+    pub fn from_fn(
+        respond: impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static,
+    ) -> Self {
+        ScriptedReply::Dynamic(Responder(Arc::new(respond)))
+    }
+
+    /// A turn of tool calls `(name, raw arguments)` without text (see
+    /// [`ScriptedReply::ToolCalls`]).
+    pub fn tool_calls<N: Into<String>, A: Into<String>>(
+        calls: impl IntoIterator<Item = (N, A)>,
+    ) -> Self {
+        ScriptedReply::ToolCalls {
+            text: None,
+            calls: calls
+                .into_iter()
+                .map(|(name, arguments)| (name.into(), arguments.into()))
+                .collect(),
+        }
+    }
+
+    /// A turn of `text` followed by tool calls `(name, raw arguments)`.
+    pub fn tool_calls_with_text<N: Into<String>, A: Into<String>>(
+        text: impl Into<String>,
+        calls: impl IntoIterator<Item = (N, A)>,
+    ) -> Self {
+        ScriptedReply::ToolCalls {
+            text: Some(text.into()),
+            calls: calls
+                .into_iter()
+                .map(|(name, arguments)| (name.into(), arguments.into()))
+                .collect(),
+        }
     }
 }
 
@@ -375,7 +453,7 @@ async fn handle(
     let user_text = recorded.last_user_text().unwrap_or_default();
     let number = {
         let mut requests = lock(&shared.requests);
-        requests.push(recorded);
+        requests.push(recorded.clone());
         requests.len()
     };
     shared.received.notify_waiters();
@@ -388,10 +466,16 @@ async fn handle(
         .pop_front()
         .unwrap_or_else(|| lock(&shared.default).clone());
     let mut wait = latency;
-    while let ScriptedReply::Delay { duration, then } = reply {
-        wait += duration;
-        reply = *then;
-    }
+    let reply = loop {
+        reply = match reply {
+            ScriptedReply::Delay { duration, then } => {
+                wait += duration;
+                *then
+            }
+            ScriptedReply::Dynamic(responder) => responder.reply(&recorded),
+            other => break other,
+        };
+    };
     if !wait.is_zero() {
         tokio::time::sleep(wait).await;
     }
@@ -417,6 +501,7 @@ impl ReplyContext<'_> {
             ScriptedReply::Ok { text, reasoning } => self.completion(&text, reasoning.as_deref()),
             ScriptedReply::Empty => self.completion("", None),
             ScriptedReply::Echo => self.completion(&echo(self.user_text), None),
+            ScriptedReply::ToolCalls { text, calls } => self.tool_calls(text.as_deref(), &calls),
             ScriptedReply::Garbage(body) => respond(200, None, body),
             ScriptedReply::Status {
                 code,
@@ -426,8 +511,11 @@ impl ReplyContext<'_> {
                 let body = body.unwrap_or_else(|| self.error_body(code));
                 respond(code, retry_after, body)
             }
-            // Delays were unwrapped by the caller.
+            // Delays and dynamic replies were resolved by the caller.
             ScriptedReply::Delay { then, .. } => self.render(*then),
+            ScriptedReply::Dynamic(responder) => {
+                self.completion(&format!("unresolved dynamic reply {responder:?}"), None)
+            }
         }
     }
 
@@ -466,6 +554,73 @@ impl ReplyContext<'_> {
                     "object": "chat.completion",
                     "model": self.model,
                     "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": completion_tokens,
+                        "total_tokens": prompt_tokens + completion_tokens
+                    }
+                })
+            }
+        };
+        respond(200, None, body.to_string())
+    }
+
+    fn tool_calls(&self, text: Option<&str>, calls: &[(String, String)]) -> Response<Full<Bytes>> {
+        let prompt_tokens = self.user_text.split_whitespace().count();
+        let completion_tokens = text.unwrap_or("").split_whitespace().count()
+            + calls
+                .iter()
+                .map(|(_, arguments)| arguments.split_whitespace().count().max(1))
+                .sum::<usize>();
+        let body = match self.shape {
+            ApiShape::Anthropic => {
+                let mut content = Vec::new();
+                if let Some(text) = text.filter(|text| !text.is_empty()) {
+                    content.push(json!({"type": "text", "text": text}));
+                }
+                for (index, (name, arguments)) in calls.iter().enumerate() {
+                    let input = serde_json::from_str::<Value>(arguments)
+                        .unwrap_or_else(|_| Value::from(arguments.as_str()));
+                    content.push(json!({
+                        "type": "tool_use",
+                        "id": format!("toolu_{}_{index}", self.number),
+                        "name": name,
+                        "input": input,
+                    }));
+                }
+                json!({
+                    "id": format!("msg_scripted_{}", self.number),
+                    "type": "message",
+                    "role": "assistant",
+                    "model": self.model,
+                    "content": content,
+                    "stop_reason": "tool_use",
+                    "stop_sequence": null,
+                    "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens}
+                })
+            }
+            _ => {
+                let tool_calls: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(index, (name, arguments))| {
+                        json!({
+                            "id": format!("call_{}_{index}", self.number),
+                            "type": "function",
+                            "function": {"name": name, "arguments": arguments},
+                        })
+                    })
+                    .collect();
+                let content = text.map_or(Value::Null, Value::from);
+                json!({
+                    "id": format!("chatcmpl-scripted-{}", self.number),
+                    "object": "chat.completion",
+                    "model": self.model,
+                    "choices": [{
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content, "tool_calls": tool_calls},
+                        "finish_reason": "tool_calls"
+                    }],
                     "usage": {
                         "prompt_tokens": prompt_tokens,
                         "completion_tokens": completion_tokens,

@@ -195,9 +195,8 @@ impl Runtime {
         self.check_open()?;
         let store = Arc::clone(&self.inner.shared.store);
         let key = key.to_string();
-        let id = join_blocking(
-            tokio::task::spawn_blocking(move || store.ensure_session(&key)).await,
-        )??;
+        let id =
+            join_blocking(tokio::task::spawn_blocking(move || store.ensure_session(&key)).await)??;
         Ok(self.handle(id))
     }
 
@@ -307,9 +306,13 @@ impl Runtime {
             .compactor
             .wait(ActorKind::Compactor, shared, deadline)
             .await?;
-        ask(&compactor, shared.call_timeout(), compactor::CompactorMsg::Stats)
-            .await
-            .map_err(|_| gone(ActorKind::Compactor))
+        ask(
+            &compactor,
+            shared.call_timeout(),
+            compactor::CompactorMsg::Stats,
+        )
+        .await
+        .map_err(|_| gone(ActorKind::Compactor))
     }
 
     /// Stops the runtime: no new work is taken; running compactions get up to `grace` to
@@ -318,9 +321,11 @@ impl Runtime {
     pub async fn shutdown(&self, grace: Duration) -> Result<(), RuntimeError> {
         let shared = Arc::clone(&self.inner.shared);
         let deadline = Instant::now() + grace;
-        let sessions = ask(&self.inner.root, grace.max(Duration::from_millis(100)), |reply| {
-            RootMsg::BeginShutdown(reply)
-        })
+        let sessions = ask(
+            &self.inner.root,
+            grace.max(Duration::from_millis(100)),
+            RootMsg::BeginShutdown,
+        )
         .await
         .unwrap_or_default();
         shared.set_closing();
@@ -328,7 +333,12 @@ impl Runtime {
         if let Some(compactor) = shared.services.compactor.get() {
             let _ = compactor.cast(compactor::CompactorMsg::Drain);
             while Instant::now() < deadline {
-                match ask(&compactor, Duration::from_secs(1), compactor::CompactorMsg::Stats).await
+                match ask(
+                    &compactor,
+                    Duration::from_secs(1),
+                    compactor::CompactorMsg::Stats,
+                )
+                .await
                 {
                     Ok(stats) if stats.running > 0 => {
                         tokio::time::sleep(Duration::from_millis(10)).await
@@ -344,7 +354,12 @@ impl Runtime {
                 .await;
         }
         if let Some(indexer) = shared.services.indexer.get() {
-            let _ = ask(&indexer, grace.max(Duration::from_secs(1)), indexer::IndexerMsg::Flush).await;
+            let _ = ask(
+                &indexer,
+                grace.max(Duration::from_secs(1)),
+                indexer::IndexerMsg::Flush,
+            )
+            .await;
         }
         self.inner.root.stop(Some("shutdown".into()));
         let task = self
