@@ -10,7 +10,9 @@
 //! `LCM_BENCH_QUICK=1` shortens the latency and memory runs. `LCM_BENCH_DIR` chooses where the
 //! temporary stores go.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -38,10 +40,17 @@ fn temp_dir() -> tempfile::TempDir {
 }
 
 fn message(i: u64) -> NewMessage {
-    let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+    let role = if i.is_multiple_of(2) {
+        Role::User
+    } else {
+        Role::Assistant
+    };
     NewMessage::text(
         role,
-        format!("turn {i}: the build of module m{} passed; next, review the flaky test t{i}", i % 17),
+        format!(
+            "turn {i}: the build of module m{} passed; next, review the flaky test t{i}",
+            i % 17
+        ),
     )
 }
 
@@ -69,8 +78,11 @@ fn zero_cost_continuity(c: &mut Criterion) {
 
     // Direct: the store's append (durable) and assembly, on the calling thread.
     let dir = temp_dir();
-    let store = Store::open(dir.path().join("lcm.redb"), StoreOptions { counter: counter() })
-        .expect("store");
+    let store = Store::open(
+        dir.path().join("lcm.redb"),
+        StoreOptions { counter: counter() },
+    )
+    .expect("store");
     let session = store.create_session("direct", None).expect("session");
     for i in 0..50 {
         store.append(session, message(i)).expect("append");
@@ -110,7 +122,9 @@ fn zero_cost_continuity(c: &mut Criterion) {
     group.finish();
     let stats = tokio.block_on(handle.stats()).expect("stats");
     assert_eq!(stats.compactions_requested, 0, "no compaction below soft");
-    tokio.block_on(rt.shutdown(Duration::from_secs(10))).expect("shutdown");
+    tokio
+        .block_on(rt.shutdown(Duration::from_secs(10)))
+        .expect("shutdown");
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -125,10 +139,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn throughput_and_latency(_c: &mut Criterion) {
     let tokio = tokio_runtime();
     let turns_per_session: u64 = if quick() { 100 } else { 300 };
-    println!("\nruntime turns (append + context, durable, below soft), {turns_per_session} turns per session");
     println!(
-        "| sessions | turns/s | append p50 | append p99 | context p50 | context p99 |"
+        "\nruntime turns (append + context, durable, below soft), {turns_per_session} turns per session"
     );
+    println!("| sessions | turns/s | append p50 | append p99 | context p50 | context p99 |");
     println!("| --- | --- | --- | --- | --- | --- |");
     for sessions in [1u64, 10, 100] {
         let dir = temp_dir();
@@ -175,29 +189,50 @@ fn throughput_and_latency(_c: &mut Criterion) {
             percentile(&contexts, 0.5),
             percentile(&contexts, 0.99),
         );
-        tokio.block_on(rt.shutdown(Duration::from_secs(10))).expect("shutdown");
+        tokio
+            .block_on(rt.shutdown(Duration::from_secs(10)))
+            .expect("shutdown");
     }
 }
 
-/// Resident set size of this process, in bytes (Linux).
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
+/// The system allocator, counting the bytes live at any moment (RSS is too coarse: the
+/// allocator reuses pages freed while the store was filled).
+struct CountingAlloc;
+
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
 }
 
-/// Memory of live session actors: RSS growth when `n` sessions become active (one context
-/// call each), for short and long histories, and after they idle out.
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
+
+fn live_bytes() -> i64 {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+/// Memory of live session actors: heap growth when `n` sessions become active (one context
+/// call each, whose result is dropped), for short and long histories, and after they idle out.
 fn memory_per_session(_c: &mut Criterion) {
     let tokio = tokio_runtime();
     let n: u64 = if quick() { 200 } else { 1_000 };
     println!("\nmemory per session actor ({n} sessions)");
-    println!("| history per session | RSS per active session | RSS per idle session (actors stopped) |");
-    println!("| --- | --- | --- |");
+    println!(
+        "| history per session | heap per active session | idle (actors stopped), handles held | idle, handles dropped |"
+    );
+    println!("| --- | --- | --- | --- |");
     for history in [10u64, 1_000] {
         let dir = temp_dir();
         let mut config = Config::default();
@@ -212,7 +247,9 @@ fn memory_per_session(_c: &mut Criterion) {
         let store = Arc::clone(rt.store());
         let sessions: Vec<_> = (0..n)
             .map(|k| {
-                let id = store.create_session(&format!("m{k}"), None).expect("session");
+                let id = store
+                    .create_session(&format!("m{k}"), None)
+                    .expect("session");
                 let batch: Vec<NewMessage> = (0..history).map(message).collect();
                 store.append_batch(id, batch).expect("append");
                 id
@@ -222,27 +259,38 @@ fn memory_per_session(_c: &mut Criterion) {
             .iter()
             .map(|id| tokio.block_on(rt.session_by_id(*id)).expect("handle"))
             .collect();
-        let before = rss_bytes();
+        // Warm the shared caches (tokenizer, redb pages) with one session first.
+        tokio
+            .block_on(handles[0].context(HUGE_BUDGET))
+            .expect("context");
+        let before = live_bytes();
         tokio.block_on(async {
-            for h in &handles {
+            for h in &handles[1..] {
                 h.context(HUGE_BUDGET).await.expect("context");
             }
         });
-        let active = rss_bytes().saturating_sub(before) / n;
+        let active = (live_bytes() - before) / (n as i64 - 1);
         // Let them idle out (idle_timeout_s = 1), then measure again.
         std::thread::sleep(Duration::from_millis(2_500));
         let live = tokio
             .block_on(rt.supervisor_stats())
             .expect("stats")
             .live_sessions;
-        let idle = rss_bytes().saturating_sub(before) / n;
+        let idle = (live_bytes() - before) / (n as i64 - 1);
+        // A held handle keeps its stopped actor's cell until its next call; a dropped one
+        // leaves nothing.
+        let first = handles.into_iter().next();
+        let dropped = (live_bytes() - before) / (n as i64 - 1);
         println!(
-            "| {history} messages | {:.1} KiB | {:.1} KiB ({live} actors left) |",
+            "| {history} messages | {:.1} KiB | {:.1} KiB ({live} actors left) | {:.2} KiB |",
             active as f64 / 1024.0,
-            idle as f64 / 1024.0
+            idle as f64 / 1024.0,
+            dropped as f64 / 1024.0
         );
-        drop(handles);
-        tokio.block_on(rt.shutdown(Duration::from_secs(10))).expect("shutdown");
+        drop(first);
+        tokio
+            .block_on(rt.shutdown(Duration::from_secs(10)))
+            .expect("shutdown");
     }
 }
 

@@ -26,11 +26,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let session = runtime.session("demo-conversation").await?;
 
     let budget = 1_200; // the model's context window, in tokens
-    for turn in 0..60 {
+    for turn in 0..60u32 {
         let (role, text) = if turn.is_multiple_of(2) {
-            (Role::User, format!("Question {turn}: how do we roll out service s{} safely?", turn % 5))
+            (
+                Role::User,
+                format!(
+                    "Question {turn}: how do we roll out service s{} safely?",
+                    turn % 5
+                ),
+            )
         } else {
-            (Role::Assistant, format!("Answer {turn}: canary 5% of s{} traffic, watch p99 latency and error budget for 30 minutes, then widen.", turn % 5))
+            (
+                Role::Assistant,
+                format!(
+                    "Answer {turn}: canary 5% of s{} traffic, watch p99 latency and error budget for 30 minutes, then widen.",
+                    turn % 5
+                ),
+            )
         };
         // A source key makes the append idempotent, so the runtime can retry it safely.
         session
@@ -42,15 +54,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     while let Ok(event) = events.try_recv() {
-        if let RuntimeEvent::CompactionFinished { passes, tokens_before, tokens_after, .. } = event {
+        if let RuntimeEvent::CompactionFinished {
+            passes,
+            tokens_before,
+            tokens_after,
+            ..
+        } = event
+        {
             println!("compaction: {passes} passes, {tokens_before} -> {tokens_after} tokens");
         }
     }
     let context = session.context(budget).await?;
-    println!("\nfinal context: {} items, {} tokens", context.items.len(), context.tokens);
+    println!(
+        "\nfinal context: {} items, {} tokens",
+        context.items.len(),
+        context.tokens
+    );
     for message in context.to_openai(None).iter().take(3) {
         let text = message["content"].as_str().unwrap_or_default();
-        println!("  {}: {}", message["role"], text.lines().next().unwrap_or_default());
+        println!(
+            "  {}: {}",
+            message["role"],
+            text.lines().next().unwrap_or_default()
+        );
     }
     runtime.shutdown(Duration::from_secs(10)).await?;
     Ok(())

@@ -35,7 +35,11 @@ fn config() -> Config {
 }
 
 fn message(session: usize, turn: usize) -> NewMessage {
-    let role = if turn.is_multiple_of(2) { Role::User } else { Role::Assistant };
+    let role = if turn.is_multiple_of(2) {
+        Role::User
+    } else {
+        Role::Assistant
+    };
     NewMessage::text(
         role,
         format!(
@@ -86,7 +90,10 @@ async fn check(rt: &Runtime, ids: &[SessionId], turns: usize) {
             .into_iter()
             .map(|m| m.id)
             .collect();
-        assert_eq!(reached, stored, "{id}: every message reachable exactly once");
+        assert_eq!(
+            reached, stored,
+            "{id}: every message reachable exactly once"
+        );
         assert!(
             !rt.store().session_summaries(*id).unwrap().is_empty(),
             "{id} was compacted"
@@ -128,7 +135,11 @@ async fn two_hundred_sessions_with_a_loopback_http_summariser_with_latency() {
     ));
     server.set_latency(Duration::from_millis(20));
     let provider = OpenAiProvider::new(HttpConfig::new(server.url(), "scripted")).unwrap();
-    let summarizer = Arc::new(LlmSummarizer::new(Arc::new(provider), counter(), "scripted"));
+    let summarizer = Arc::new(LlmSummarizer::new(
+        Arc::new(provider),
+        counter(),
+        "scripted",
+    ));
     let rt = open(summarizer).await;
     let started = Instant::now();
     let (ids, _) = drive(&rt, 200, 150).await;

@@ -46,7 +46,11 @@ async fn runtime(config: Config) -> Runtime {
 }
 
 fn message(session: usize, turn: usize) -> NewMessage {
-    let role = if turn.is_multiple_of(2) { Role::User } else { Role::Assistant };
+    let role = if turn.is_multiple_of(2) {
+        Role::User
+    } else {
+        Role::Assistant
+    };
     NewMessage::text(
         role,
         format!(

@@ -18,22 +18,22 @@ use crate::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
 
 /// A summary as stored (the id is the key; sources live in `summary_sources`).
 #[derive(Debug, Clone, bincode::Encode, bincode::Decode)]
-struct SummaryRecord {
-    session: u64,
-    kind: SummaryKind,
-    depth: u32,
-    content: String,
-    token_count: u32,
-    earliest_at: Timestamp,
-    latest_at: Timestamp,
-    descendant_messages: u64,
-    descendant_tokens: u64,
-    first_seq: u64,
-    last_seq: u64,
-    file_ids: Vec<FileId>,
-    level: u8,
-    model: String,
-    created_at: Timestamp,
+pub(crate) struct SummaryRecord {
+    pub session: u64,
+    pub kind: SummaryKind,
+    pub depth: u32,
+    pub content: String,
+    pub token_count: u32,
+    pub earliest_at: Timestamp,
+    pub latest_at: Timestamp,
+    pub descendant_messages: u64,
+    pub descendant_tokens: u64,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub file_ids: Vec<FileId>,
+    pub level: u8,
+    pub model: String,
+    pub created_at: Timestamp,
 }
 
 fn node_key(node: NodeRef) -> (u8, u64) {

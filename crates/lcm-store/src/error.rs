@@ -1,6 +1,6 @@
 //! The store's errors: one enum, each variant saying what was wrong and with what.
 
-use lcm_core::ids::{MessageId, SessionId, SummaryId};
+use lcm_core::ids::{JobId, MessageId, SessionId, SummaryId};
 
 /// Everything that can go wrong in `lcm-store`.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,11 @@ pub enum StoreError {
     InvalidQuery(String),
     #[error("invalid cursor: {0}")]
     InvalidCursor(String),
+    #[error("no map job {0} in the store")]
+    JobNotFound(JobId),
+    /// A map-job call that does not fit the job (bad spec, unknown item, wrong status, ...).
+    #[error("map job: {0}")]
+    InvalidJob(String),
     #[error(
         "the database was written by a newer lcm (record schema {found}, this build reads up to {supported}): upgrade lcm"
     )]

@@ -7,6 +7,10 @@
 //!   rebuildable from it, with a watermark.
 //! - [`mod@grep`]: regex and full-text search over both, complete and exact.
 //! - [`import`]: importing transcripts (Claude Code, OpenAI, lcm JSONL), idempotently.
+//! - [`integrity`]: the check of every invariant between the tables (and the index), and the
+//!   safe repairs of derived data.
+//! - [`map_jobs`]: database-backed map jobs (`llm_map` / `agentic_map`): atomic claims with
+//!   leases, exactly-once commits, resume after a crash.
 //!
 //! Architecture invariant: this crate knows nothing of actors, providers or compaction policy.
 //! The engine talks to storage only through the API here, so a second backend can come later
@@ -31,4 +35,9 @@ pub use data_dir::DataDir;
 pub use error::{Result, StoreError};
 pub use grep::{GrepHit, GrepMode, GrepPage, GrepRequest, Scope, Strategy, grep};
 pub use index::SearchIndex;
+pub use integrity::{IntegrityReport, Repair, RepairReport, Violation, ViolationKind};
+pub use map_jobs::{
+    ClaimedItem, CommitOutcome, FailureKind, ItemContent, ItemFailure, ItemInput, ItemOutcome,
+    ItemReport, ItemState, JobStatus, MapItem, MapItems, MapJob, MapJobSpec, MapKind, MapProgress,
+};
 pub use store::{Appended, PreparedAppend, Store, StoreOptions, StoreReader, StoreStats};

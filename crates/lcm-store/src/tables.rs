@@ -18,13 +18,16 @@
 //! | `covered_by` | (node kind byte, number) | the summary covering that node | once |
 //! | `session_summaries` | (session, summary) | () | once |
 //! | `context` | session | `ContextState`: ordered top-level summaries + raw-from seq | replaced atomically with each summary |
+//! | `map_jobs` | job | `JobRecord` (spec, status, item counts) | on create; counts on every item transition |
+//! | `map_items` | (job, item index) | `ItemRecord` (line, payload, state with lease, attempts, last error) | on create; on every claim and commit |
+//! | `map_pending` | (job, item index) | () | exactly the items in state Pending (what `claim` reads, so it never scans finished items) |
+//! | `map_running` | (job, item index) | lease expiry, ms since the epoch | exactly the items in state Running |
 //!
 //! Designed now, written by later stages (the keys are fixed here so that nothing has to move):
 //!
 //! | table | key | value |
 //! | --- | --- | --- |
 //! | `files` | file | large-file record (path, type, size, exploration summary) |
-//! | `map_jobs` | job | job record; `map_items` (job, item index) -> item record with lease |
 //!
 //! Messages are keyed by a global, append-ordered number so that "every message after the index
 //! watermark" is one range scan; `session_messages` gives each session's ordered view.
@@ -50,6 +53,14 @@ pub const COVERED_BY: TableDefinition<(u8, u64), u64> = TableDefinition::new("co
 pub const SESSION_SUMMARIES: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("session_summaries");
 pub const CONTEXT: TableDefinition<u64, &[u8]> = TableDefinition::new("context");
+/// Map jobs (`llm_map` / `agentic_map`), see [`crate::map_jobs`].
+pub const MAP_JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("map_jobs");
+/// (job, item index) -> item record.
+pub const MAP_ITEMS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("map_items");
+/// (job, item index) of every pending item: the claim queue, in index order.
+pub const MAP_PENDING: TableDefinition<(u64, u64), ()> = TableDefinition::new("map_pending");
+/// (job, item index) -> lease expiry (ms since the epoch) of every running item.
+pub const MAP_RUNNING: TableDefinition<(u64, u64), i64> = TableDefinition::new("map_running");
 
 /// Node kind byte in keys: messages 0, summaries 1.
 pub const NODE_MESSAGE: u8 = 0;
@@ -61,6 +72,7 @@ pub mod meta {
     pub const NEXT_MESSAGE: &str = "next_message";
     pub const NEXT_SESSION: &str = "next_session";
     pub const NEXT_SUMMARY: &str = "next_summary";
+    pub const NEXT_JOB: &str = "next_job";
     /// Every message with a number below this is in the search index.
     pub const INDEX_WATERMARK: &str = "index_watermark";
 }

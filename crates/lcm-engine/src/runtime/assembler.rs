@@ -60,7 +60,9 @@ impl Actor for AssemblerActor {
                 let shared = Arc::clone(&state.shared);
                 tokio::task::spawn_blocking(move || {
                     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        shared.faults.hit(FaultPoint::AssemblerMidAssembly, Some(session));
+                        shared
+                            .faults
+                            .hit(FaultPoint::AssemblerMidAssembly, Some(session));
                         assemble(&shared.store, session)
                     }));
                     match run {

@@ -311,7 +311,10 @@ async fn start_queued(myself: &ActorRef<CompactorMsg>, state: &mut CompactorStat
             }
             Err(error) => {
                 if let Some(job) = state.jobs.remove(&session) {
-                    reply(&job, Err(format!("could not start a compaction worker: {error}")));
+                    reply(
+                        &job,
+                        Err(format!("could not start a compaction worker: {error}")),
+                    );
                 }
             }
         }
@@ -395,11 +398,13 @@ struct WorkerObserver {
 
 impl CompactionObserver for WorkerObserver {
     fn before_apply(&mut self, _summary: &NewSummary) {
-        self.faults.hit(FaultPoint::CompactorBeforeCommit, Some(self.session));
+        self.faults
+            .hit(FaultPoint::CompactorBeforeCommit, Some(self.session));
     }
 
     fn after_apply(&mut self, _pass: &PassReport) {
-        self.faults.hit(FaultPoint::CompactorAfterCommit, Some(self.session));
+        self.faults
+            .hit(FaultPoint::CompactorAfterCommit, Some(self.session));
     }
 }
 
@@ -417,7 +422,9 @@ impl Summarizer for FaultySummarizer {
     }
 
     async fn summarize(&self, call: &SummaryCall<'_>) -> Result<Completion, ProviderError> {
-        self.faults.hit_async(FaultPoint::CompactorMidLlmCall, Some(self.session)).await;
+        self.faults
+            .hit_async(FaultPoint::CompactorMidLlmCall, Some(self.session))
+            .await;
         self.inner.summarize(call).await
     }
 }

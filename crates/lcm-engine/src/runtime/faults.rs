@@ -138,9 +138,7 @@ impl Faults {
     fn take(&self, point: FaultPoint, session: Option<SessionId>) -> Option<Fault> {
         let mut armed = self.lock();
         let a = armed.iter_mut().find(|a| {
-            a.point == point
-                && a.remaining > 0
-                && (a.session.is_none() || a.session == session)
+            a.point == point && a.remaining > 0 && (a.session.is_none() || a.session == session)
         })?;
         if a.skip > 0 {
             a.skip -= 1;
@@ -218,7 +216,13 @@ mod tests {
     fn scoped_faults_only_hit_their_session() {
         let faults = Faults::default();
         let s = Some(SessionId(7));
-        faults.arm_for(FaultPoint::SessionBeforeCommit, s, Fault::Stall(Duration::ZERO), 0, 5);
+        faults.arm_for(
+            FaultPoint::SessionBeforeCommit,
+            s,
+            Fault::Stall(Duration::ZERO),
+            0,
+            5,
+        );
         faults.hit(FaultPoint::SessionBeforeCommit, Some(SessionId(8)));
         faults.hit(FaultPoint::SessionBeforeCommit, None);
         assert_eq!(faults.fired(FaultPoint::SessionBeforeCommit), 0);

@@ -65,7 +65,8 @@ impl Actor for IndexerActor {
             IndexerMsg::Dirty => {
                 if !state.scheduled {
                     state.scheduled = true;
-                    let delay = Duration::from_millis(state.shared.config.runtime.index_interval_ms);
+                    let delay =
+                        Duration::from_millis(state.shared.config.runtime.index_interval_ms);
                     myself.send_after(delay, || IndexerMsg::CatchUp);
                 }
             }

@@ -4,13 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-// TEMP until lcm_store::integrity lands
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct IntegrityReport { pub violations: Vec<String> }
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct RepairReport {}
-fn check(_: &lcm_store::Store, _: Option<&lcm_store::SearchIndex>) -> Result<IntegrityReport, lcm_store::StoreError> { Ok(IntegrityReport { violations: vec![] }) }
-fn repair(_: &lcm_store::Store, _: Option<&lcm_store::SearchIndex>, _: &IntegrityReport) -> Result<RepairReport, lcm_store::StoreError> { Ok(RepairReport {}) }
+use lcm_store::integrity::{IntegrityReport, RepairReport, check, repair};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::error::RuntimeError;
@@ -95,13 +89,13 @@ impl Actor for IntegrityActor {
                 let _ = reply.send(outcome);
             }
             IntegrityMsg::Scheduled => {
-                if let Ok(outcome) = run(&state.shared, false).await? {
-                    if !outcome.report.violations.is_empty() {
-                        tracing::warn!(
-                            violations = outcome.report.violations.len(),
-                            "integrity check found violations; run `lcm doctor --repair`"
-                        );
-                    }
+                if let Ok(outcome) = run(&state.shared, false).await?
+                    && !outcome.report.violations.is_empty()
+                {
+                    tracing::warn!(
+                        violations = outcome.report.violations.len(),
+                        "integrity check found violations; run `lcm doctor --repair`"
+                    );
                 }
             }
         }

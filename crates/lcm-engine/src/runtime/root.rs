@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lcm_core::ids::SessionId;
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{
+    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
+};
 
 use super::assembler::AssemblerActor;
 use super::compactor::CompactorActor;
@@ -200,9 +202,8 @@ impl Actor for RootActor {
             SupervisionEvent::ActorFailed(cell, error) => (cell, Some(error.to_string())),
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 let expected = state.shutting_down || reason.as_deref() == Some(STOP_IDLE);
-                let failure = (!expected).then(|| {
-                    reason.unwrap_or_else(|| "stopped without a reason (killed)".into())
-                });
+                let failure = (!expected)
+                    .then(|| reason.unwrap_or_else(|| "stopped without a reason (killed)".into()));
                 (cell, failure)
             }
             _ => return Ok(()),
@@ -321,12 +322,14 @@ async fn spawn_singleton(
     let supervisor = myself.get_cell();
     let cell = match kind {
         ActorKind::Assembler => {
-            let (a, _) = AssemblerActor::spawn_linked(None, AssemblerActor, args, supervisor).await?;
+            let (a, _) =
+                AssemblerActor::spawn_linked(None, AssemblerActor, args, supervisor).await?;
             shared.services.assembler.set(Some(a.clone()));
             a.get_cell()
         }
         ActorKind::Compactor => {
-            let (a, _) = CompactorActor::spawn_linked(None, CompactorActor, args, supervisor).await?;
+            let (a, _) =
+                CompactorActor::spawn_linked(None, CompactorActor, args, supervisor).await?;
             shared.services.compactor.set(Some(a.clone()));
             a.get_cell()
         }
@@ -336,7 +339,8 @@ async fn spawn_singleton(
             a.get_cell()
         }
         ActorKind::Integrity => {
-            let (a, _) = IntegrityActor::spawn_linked(None, IntegrityActor, args, supervisor).await?;
+            let (a, _) =
+                IntegrityActor::spawn_linked(None, IntegrityActor, args, supervisor).await?;
             shared.services.integrity.set(Some(a.clone()));
             a.get_cell()
         }

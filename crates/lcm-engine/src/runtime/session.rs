@@ -397,12 +397,10 @@ async fn compaction_done(
         Err(e) => {
             let message = e.to_string();
             for w in state.waiters.drain(..) {
-                let _ = w
-                    .reply
-                    .send(Err(RuntimeError::Unavailable {
-                        kind: ActorKind::Assembler,
-                        detail: message.clone(),
-                    }));
+                let _ = w.reply.send(Err(RuntimeError::Unavailable {
+                    kind: ActorKind::Assembler,
+                    detail: message.clone(),
+                }));
             }
             return Ok(());
         }

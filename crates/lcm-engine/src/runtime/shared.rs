@@ -152,7 +152,9 @@ pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
 
 /// Re-raises a panic caught in a blocking task in the actor that awaited it, so that the
 /// supervisor sees the actor fail.
-pub(crate) fn join_blocking<T>(result: Result<T, tokio::task::JoinError>) -> Result<T, RuntimeError> {
+pub(crate) fn join_blocking<T>(
+    result: Result<T, tokio::task::JoinError>,
+) -> Result<T, RuntimeError> {
     match result {
         Ok(value) => Ok(value),
         Err(error) => match error.try_into_panic() {

@@ -10,8 +10,8 @@
 //! A batch that fails (a session that does not exist) fails alone: the group is retried batch
 //! by batch, so one caller's bad input never fails another's append.
 
-use std::sync::{Arc, Mutex};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 
 use lcm_store::{Appended, PreparedAppend, Store, StoreError};
 use tokio::sync::oneshot;
@@ -55,7 +55,8 @@ impl GroupWriter {
         {
             let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
             let tx = tx.as_ref().ok_or_else(writer_gone)?;
-            tx.send(Request { batch, reply }).map_err(|_| writer_gone())?;
+            tx.send(Request { batch, reply })
+                .map_err(|_| writer_gone())?;
         }
         answer.await.map_err(|_| writer_gone())?
     }
@@ -67,7 +68,9 @@ impl GroupWriter {
 }
 
 fn writer_gone() -> StoreError {
-    StoreError::InvalidMessage("the runtime's writer has stopped (the runtime is shutting down)".into())
+    StoreError::InvalidMessage(
+        "the runtime's writer has stopped (the runtime is shutting down)".into(),
+    )
 }
 
 fn run(store: &Store, rx: &mpsc::Receiver<Request>) {
@@ -95,8 +98,9 @@ fn commit_group(store: &Store, group: Vec<Request>) {
     }
     // Check sessions up front, so that a batch for a missing session fails alone instead of
     // failing the whole group's transaction.
-    let (ok, bad): (Vec<Request>, Vec<Request>) =
-        group.into_iter().partition(|r| sessions_exist(store, &r.batch));
+    let (ok, bad): (Vec<Request>, Vec<Request>) = group
+        .into_iter()
+        .partition(|r| sessions_exist(store, &r.batch));
     for r in bad {
         let missing = r
             .batch
@@ -133,7 +137,10 @@ fn commit_group(store: &Store, group: Vec<Request>) {
 }
 
 fn sessions_exist(store: &Store, batch: &PreparedAppend) -> bool {
-    batch.sessions().into_iter().all(|s| store.session(s).is_ok())
+    batch
+        .sessions()
+        .into_iter()
+        .all(|s| store.session(s).is_ok())
 }
 
 /// Runs a store call; a panic inside it becomes an error instead of killing the writer thread.
