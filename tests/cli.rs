@@ -199,3 +199,176 @@ fn errors_are_human_readable_with_a_non_zero_exit() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn doctor_checks_compacted_data_and_repairs_a_counter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    json(&lcm(
+        dir,
+        &["import", "--json", example().to_str().unwrap()],
+    ));
+    json(&lcm(
+        dir,
+        &["compact", "--json", "ses_0", "--budget", "700"],
+    ));
+    let clean = json(&lcm(dir, &["doctor", "--json"]));
+    assert_eq!(
+        clean["check"]["violations"],
+        serde_json::json!([]),
+        "{clean}"
+    );
+    assert!(clean["check"]["checked"]["summaries"].as_u64() > Some(0));
+    assert_eq!(clean["repair"], Value::Null);
+
+    // Damage: the message counter behind the stored messages (raw redb write, lcm not running).
+    {
+        let db = redb::Database::open(dir.join("lcm.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(lcm::store::tables::META)
+            .unwrap()
+            .insert(lcm::store::tables::meta::NEXT_MESSAGE, 0)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let broken = lcm(dir, &["doctor"]);
+    assert!(!broken.status.success());
+    let stdout = String::from_utf8_lossy(&broken.stdout);
+    assert!(stdout.contains("counter_behind"), "{stdout}");
+    assert!(stdout.contains("lcm doctor --repair"), "{stdout}");
+    assert!(String::from_utf8_lossy(&broken.stderr).contains("1 integrity violation remains"));
+
+    let fixed = json(&lcm(dir, &["doctor", "--repair", "--json"]));
+    assert_eq!(fixed["check"]["violations"][0]["kind"], "counter_behind");
+    assert_eq!(
+        fixed["check"]["violations"][0]["repair"],
+        serde_json::json!({"repair": "raise_counter", "counter": "next_message"})
+    );
+    assert_eq!(fixed["repair"]["applied"].as_array().unwrap().len(), 1);
+    assert_eq!(fixed["after"]["violations"], serde_json::json!([]));
+    assert!(lcm(dir, &["doctor"]).status.success());
+}
+
+#[test]
+fn tools_print_their_definitions_in_both_shapes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let anthropic = json(&lcm(tmp.path(), &["tools", "--format", "anthropic"]));
+    let names: Vec<&str> = anthropic
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lcm_grep", "lcm_describe", "lcm_expand"]);
+    assert!(
+        anthropic
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["input_schema"]["type"] == "object")
+    );
+    let openai = json(&lcm(
+        tmp.path(),
+        &["tools", "--format", "openai", "--main-agent"],
+    ));
+    let names: Vec<&str> = openai
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["lcm_grep", "lcm_describe"],
+        "lcm_expand is for sub-agents"
+    );
+    assert!(
+        openai
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["type"] == "function")
+    );
+}
+
+#[test]
+fn tool_calls_grep_describe_and_expand_on_the_demo_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keep = tmp.path().join("demo");
+    json(&lcm(
+        tmp.path(),
+        &["demo", "--json", "--keep-in", keep.to_str().unwrap()],
+    ));
+    let found = json(&lcm(
+        &keep,
+        &[
+            "tool",
+            "lcm_grep",
+            "--session",
+            "ses_0",
+            "--args",
+            r#"{"pattern": "INV-\\d{4}"}"#,
+        ],
+    ));
+    let groups = found["groups"].as_array().unwrap();
+    assert!(!groups.is_empty(), "{found}");
+    let region = groups[0]["region"].as_str().unwrap().to_owned();
+    assert!(region.starts_with("sum_"), "{found}");
+    assert!(
+        groups[0]["hits"][0]["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("INV-4821")
+    );
+
+    let described = json(&lcm(
+        &keep,
+        &[
+            "tool",
+            "lcm_describe",
+            "--args",
+            &format!(r#"{{"id": "{region}"}}"#),
+        ],
+    ));
+    assert_eq!(described["type"], "summary");
+    assert!(described["manifest"]["total"].as_u64().unwrap() > 0);
+
+    // The main agent may not expand; a sub-agent may, and gets the verbatim messages.
+    let args = format!(r#"{{"summary_id": "{region}"}}"#);
+    let refused = lcm(&keep, &["tool", "lcm_expand", "--args", &args]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("lcm_expand_query"), "{stderr}");
+    let expanded = json(&lcm(
+        &keep,
+        &["tool", "lcm_expand", "--sub-agent", "--args", &args],
+    ));
+    assert!(
+        expanded
+            .to_string()
+            .contains("Keep the ticket number INV-4821"),
+        "{expanded}"
+    );
+
+    // Arguments that break the schema: each error with its JSON pointer, non-zero exit.
+    let bad = lcm(
+        &keep,
+        &[
+            "tool",
+            "lcm_grep",
+            "--args",
+            r#"{"pattern": "x", "mode": "fuzzy"}"#,
+        ],
+    );
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("invalid arguments for lcm_grep"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("at /mode"), "{stderr}");
+    let unknown = lcm(&keep, &["tool", "lcm_nope"]);
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("lcm_grep, lcm_describe, lcm_expand")
+    );
+}

@@ -7,7 +7,9 @@
 mod commands;
 mod dag_commands;
 mod demo;
+mod doctor;
 mod output;
+mod tool_commands;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +63,12 @@ pub enum Command {
     Describe(dag_commands::DescribeArgs),
     /// Import the example transcript shipped with lcm into a fresh data directory and grep it.
     Demo(demo::DemoArgs),
+    /// Check the store's integrity (and the index's); with --repair, apply the safe repairs.
+    Doctor(doctor::DoctorArgs),
+    /// Call one of the model's tools (lcm_grep, lcm_describe, lcm_expand) with JSON arguments.
+    Tool(tool_commands::ToolArgs),
+    /// Print the tools' definitions (JSON Schemas) in the OpenAI or Anthropic shape.
+    Tools(tool_commands::ToolsArgs),
 }
 
 /// Output format of `--format`-style choices shared by commands.
@@ -118,6 +126,9 @@ pub fn execute(cli: Cli) -> Result<()> {
         Command::Dag(args) => dag_commands::dag_cmd(&ctx, args),
         Command::Describe(args) => dag_commands::describe_cmd(&ctx, args),
         Command::Demo(args) => demo::run(&ctx, args),
+        Command::Doctor(args) => doctor::doctor(&ctx, args),
+        Command::Tool(args) => tool_commands::tool_cmd(&ctx, args),
+        Command::Tools(args) => tool_commands::tools_cmd(args),
     }
 }
 

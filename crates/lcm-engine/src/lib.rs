@@ -11,7 +11,14 @@
 //! - [`controller`]: the per-turn policy: nothing below the soft threshold, a background
 //!   compaction between soft and hard, waiting above hard.
 //!
-//! Next (see the issues): the tools and the supervised actors.
+//! - [`agent`]: the sub-agent loop: tool calls against a [`lcm_llm::ChatProvider`] under step,
+//!   token and deadline limits, every turn handed to an observer for storage.
+//!
+//! - [`tools`]: the tool registry (schemas exported in the OpenAI or Anthropic shape, arguments
+//!   validated before every call) and the retrieval tools `lcm_grep`, `lcm_describe`,
+//!   `lcm_expand`.
+//!
+//! Next (see the issues): the supervised actors.
 //!
 //! Architecture invariant: the engine reaches storage only through `lcm-store`'s API.
 
@@ -24,6 +31,8 @@ pub mod operators;
 pub mod runtime;
 pub mod tools;
 
+pub use agent::{AgentLimits, AgentOutcome, AgentStop, AgentTools, run_agent, turn_to_message};
 pub use assembly::{AssembledContext, ContextItem, assemble, render_summary};
 pub use compaction::{CompactionReport, compact, effective_budget, needs_compaction};
 pub use controller::ContextController;
+pub use tools::{Caller, Tool, ToolContext, ToolDefinition, ToolError, ToolFormat, ToolRegistry};

@@ -561,6 +561,124 @@ pub fn snippet(text: &str, start: usize, end: usize, width: usize) -> String {
     out
 }
 
+// ------------------------------------------------------------- other texts
+
+/// Matches any text the way [`grep`] matches a message's searchable text: the regex, or (full
+/// text) any of the query's words after the index's analysis (stemmed, lowercased), as grep does
+/// for messages not yet indexed. For texts grep does not search (summaries) and for callers
+/// that scan a bounded range themselves.
+pub struct TextMatcher {
+    kind: MatcherKind,
+}
+
+enum MatcherKind {
+    Regex(Regex),
+    Words {
+        analyzer: tantivy::tokenizer::TextAnalyzer,
+        terms: HashSet<String>,
+    },
+}
+
+impl std::fmt::Debug for TextMatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            MatcherKind::Regex(r) => f.debug_tuple("TextMatcher::Regex").field(r).finish(),
+            MatcherKind::Words { terms, .. } => {
+                f.debug_tuple("TextMatcher::Words").field(terms).finish()
+            }
+        }
+    }
+}
+
+/// Where a [`TextMatcher`] matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextMatch {
+    /// Text around the first match (see [`snippet`]).
+    pub snippet: String,
+    /// Matches in the text (regex: at most 1000 are counted; full text: matched words).
+    pub matches: usize,
+}
+
+impl TextMatcher {
+    /// A matcher for `pattern` in `mode` (full text needs the index's analyzer). Bad patterns
+    /// are [`StoreError::InvalidQuery`], as in [`grep`].
+    pub fn new(index: &SearchIndex, mode: GrepMode, pattern: &str) -> Result<TextMatcher> {
+        match mode {
+            GrepMode::Regex => TextMatcher::regex(pattern),
+            GrepMode::FullText => {
+                check_pattern(pattern)?;
+                let mut analyzer = index.words_analyzer()?;
+                let mut terms = HashSet::new();
+                let mut stream = analyzer.token_stream(pattern);
+                while let Some(token) = stream.next() {
+                    terms.insert(token.text.clone());
+                }
+                drop(stream);
+                if terms.is_empty() {
+                    return Err(StoreError::InvalidQuery(format!(
+                        "`{pattern}` has no words to search for"
+                    )));
+                }
+                Ok(TextMatcher {
+                    kind: MatcherKind::Words { analyzer, terms },
+                })
+            }
+        }
+    }
+
+    /// A regex matcher (needs no index).
+    pub fn regex(pattern: &str) -> Result<TextMatcher> {
+        check_pattern(pattern)?;
+        let regex = Regex::new(pattern)
+            .map_err(|e| StoreError::InvalidQuery(format!("invalid regex: {e}")))?;
+        Ok(TextMatcher {
+            kind: MatcherKind::Regex(regex),
+        })
+    }
+
+    /// The first match in `text` with a snippet of about `snippet_chars` characters, if any.
+    pub fn find(&mut self, text: &str, snippet_chars: usize) -> Option<TextMatch> {
+        match &mut self.kind {
+            MatcherKind::Regex(regex) => {
+                let first = regex.find(text)?;
+                Some(TextMatch {
+                    snippet: snippet(text, first.start(), first.end(), snippet_chars),
+                    matches: regex.find_iter(text).take(MAX_COUNTED_MATCHES).count(),
+                })
+            }
+            MatcherKind::Words { analyzer, terms } => {
+                let mut stream = analyzer.token_stream(text);
+                let mut first = None;
+                let mut matches = 0;
+                while let Some(token) = stream.next() {
+                    if terms.contains(&token.text) {
+                        matches += 1;
+                        first.get_or_insert((token.offset_from, token.offset_to));
+                    }
+                }
+                let (start, end) = first?;
+                Some(TextMatch {
+                    snippet: snippet(text, start, end, snippet_chars),
+                    matches,
+                })
+            }
+        }
+    }
+}
+
+fn check_pattern(pattern: &str) -> Result<()> {
+    if pattern.is_empty() {
+        return Err(StoreError::InvalidQuery("the pattern is empty".into()));
+    }
+    if pattern.len() > MAX_PATTERN_LEN {
+        return Err(StoreError::InvalidQuery(format!(
+            "the pattern is {} bytes long; the limit is {MAX_PATTERN_LEN}",
+            pattern.len()
+        )));
+    }
+    Ok(())
+}
+
 // ------------------------------------------------------------------- cursors
 
 /// Where the next page starts. Encoded with a fingerprint of the request, so a cursor used
@@ -637,6 +755,32 @@ mod tests {
         assert_eq!(snippet("short needle", 6, 12, 200), "short needle");
         let s = snippet("é\nneedle\tx", 3, 9, 200);
         assert_eq!(s, "é needle x");
+    }
+
+    #[test]
+    fn text_matcher_matches_like_grep() {
+        let mut m = TextMatcher::regex(r"INV-\d+").unwrap();
+        let found = m.find("see INV-12 and INV-13", 200).unwrap();
+        assert_eq!(found.matches, 2);
+        assert_eq!(found.snippet, "see INV-12 and INV-13");
+        assert!(m.find("nothing here", 200).is_none());
+        assert!(TextMatcher::regex("(").is_err());
+        assert!(TextMatcher::regex("").is_err());
+
+        let store = Store::open_in_memory(crate::store::StoreOptions {
+            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        })
+        .unwrap();
+        let index = SearchIndex::open_in_ram(&store, &SearchConfig::default()).unwrap();
+        let mut words =
+            TextMatcher::new(&index, GrepMode::FullText, "timeouts Paging zebra").unwrap();
+        let found = words.find("The timeout of the page", 200).unwrap();
+        assert_eq!(
+            found.matches, 2,
+            "stemmed: timeouts -> timeout, paging -> page"
+        );
+        assert!(words.find("nothing relevant", 200).is_none());
+        assert!(TextMatcher::new(&index, GrepMode::FullText, "  ,, ").is_err());
     }
 
     #[test]

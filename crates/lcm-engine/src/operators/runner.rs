@@ -132,6 +132,18 @@ pub struct ProgressReport {
 
 type ProgressFn = Box<dyn FnMut(&ProgressReport) + Send>;
 
+/// Where a batch of answers is relative to its commit, for [`MapRunner::with_commit_hook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitStage {
+    /// Answers ready, their transaction not yet started.
+    Before,
+    /// Their transaction committed.
+    After,
+}
+
+/// Called around every commit of answers (the runtime's fault injection uses it).
+pub type CommitHook = Arc<dyn Fn(CommitStage) + Send + Sync>;
+
 /// Drives one job to its end (see the module documentation).
 pub struct MapRunner {
     store: Arc<Store>,
@@ -139,6 +151,7 @@ pub struct MapRunner {
     worker: Arc<dyn ItemWorker>,
     options: RunnerOptions,
     on_progress: Option<ProgressFn>,
+    commit_hook: Option<CommitHook>,
 }
 
 impl std::fmt::Debug for MapRunner {
@@ -176,7 +189,14 @@ impl MapRunner {
             worker,
             options,
             on_progress: None,
+            commit_hook: None,
         }
+    }
+
+    /// Calls `hook` just before and just after each commit of answers.
+    pub fn with_commit_hook(mut self, hook: CommitHook) -> Self {
+        self.commit_hook = Some(hook);
+        self
     }
 
     /// A runner for the `llm_map` job `job`: reads it, compiles its schema, and asks `provider`.
@@ -354,11 +374,17 @@ impl MapRunner {
             return Ok(());
         }
         let id = self.job.id;
+        if let Some(hook) = &self.commit_hook {
+            hook(CommitStage::Before);
+        }
         let (outcomes, progress) = blocking(&self.store, move |s| {
             let outcomes = s.commit_batch(id, &reports)?;
             Ok((outcomes, s.progress(id)?))
         })
         .await?;
+        if let Some(hook) = &self.commit_hook {
+            hook(CommitStage::After);
+        }
         let discarded = outcomes
             .iter()
             .filter(|o| **o != CommitOutcome::Committed)

@@ -1,6 +1,6 @@
 //! Events a host can subscribe to ([`crate::runtime::Runtime::subscribe`]).
 
-use lcm_core::ids::SessionId;
+use lcm_core::ids::{JobId, SessionId};
 use serde::Serialize;
 
 use super::supervision::ActorKind;
@@ -59,6 +59,22 @@ pub enum RuntimeEvent {
     SessionQuarantined { session: SessionId, failures: u32 },
     /// The search index caught up with the store.
     IndexCaughtUp { indexed: u64, watermark: u64 },
+    /// A map job made progress (after each batch of committed answers).
+    MapProgress {
+        job: JobId,
+        total: u64,
+        completed: u64,
+        failed: u64,
+        running: u64,
+        rate_per_s: f64,
+        eta_s: Option<f64>,
+    },
+    /// A map job's run ended and its output was written.
+    MapFinished {
+        job: JobId,
+        completed: u64,
+        failed: u64,
+    },
     /// An integrity check ran.
     IntegrityChecked { violations: usize, repaired: usize },
 }

@@ -134,10 +134,9 @@ async fn run(
     if let Ok(o) = &outcome {
         shared.emit(RuntimeEvent::IntegrityChecked {
             violations: o.report.violations.len(),
-            repaired: o
-                .after
-                .as_ref()
-                .map_or(0, |a| o.report.violations.len().saturating_sub(a.violations.len())),
+            repaired: o.after.as_ref().map_or(0, |a| {
+                o.report.violations.len().saturating_sub(a.violations.len())
+            }),
         });
     }
     Ok(outcome)

@@ -43,6 +43,7 @@ mod events;
 pub mod faults;
 mod indexer;
 mod integrity;
+mod map_pool;
 mod root;
 mod session;
 mod shared;
@@ -54,12 +55,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lcm_core::config::Config;
-use lcm_core::ids::SessionId;
+use lcm_core::ids::{JobId, SessionId};
 use lcm_core::message::NewMessage;
 use lcm_core::tokens::TokenCounter;
-use lcm_llm::from_config::summarizer_from_config;
+use lcm_llm::from_config::{LlmClients, clients_from_config, summarizer_from_config};
 use lcm_llm::summarize::Summarizer;
-use lcm_store::{Appended, DataDir, SearchIndex, Store, StoreOptions};
+use lcm_store::{Appended, DataDir, MapJob, SearchIndex, Store, StoreOptions};
 use ractor::{Actor, ActorRef};
 use tokio::sync::broadcast;
 
@@ -73,6 +74,7 @@ pub use session::SessionStats;
 pub use supervision::ActorKind;
 
 use crate::assembly::AssembledContext;
+use crate::operators::{MapRequest, MapSummary};
 use root::{RootActor, RootMsg};
 use session::SessionMsg;
 use shared::{AskError, Shared, ask, join_blocking};
@@ -94,6 +96,9 @@ pub struct RuntimeOptions {
     pub config: Config,
     /// The summariser for compaction; `None` builds the one `config.llm` describes.
     pub summarizer: Option<Arc<dyn Summarizer>>,
+    /// The model for operators (llm_map) and sub-agents; `None` builds the one `config.llm`
+    /// describes (none for the offline `extractive` setting).
+    pub llm: Option<LlmClients>,
 }
 
 impl RuntimeOptions {
@@ -103,6 +108,7 @@ impl RuntimeOptions {
             location: StoreLocation::Dir(path.into()),
             config,
             summarizer: None,
+            llm: None,
         }
     }
 
@@ -112,12 +118,19 @@ impl RuntimeOptions {
             location: StoreLocation::Memory,
             config,
             summarizer: None,
+            llm: None,
         }
     }
 
     /// Uses `summarizer` instead of the configured one.
     pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> RuntimeOptions {
         self.summarizer = Some(summarizer);
+        self
+    }
+
+    /// Uses `llm` for operators and sub-agents instead of the configured model.
+    pub fn with_llm(mut self, llm: LlmClients) -> RuntimeOptions {
+        self.llm = Some(llm);
         self
     }
 }
@@ -162,6 +175,11 @@ impl Runtime {
                     .map_err(|e| RuntimeError::Start(format!("summariser: {e}")))?
             }
         };
+        let llm = match options.llm {
+            Some(llm) => Some(llm),
+            None => clients_from_config(&config.llm)
+                .map_err(|e| RuntimeError::Start(format!("LLM client: {e}")))?,
+        };
         let open_config = Arc::clone(&config);
         let location = options.location;
         let (store, index) = join_blocking(
@@ -175,6 +193,7 @@ impl Runtime {
             Arc::new(index),
             config,
             summarizer,
+            llm,
             writer,
         ));
         let (root, root_task) = RootActor::spawn(None, RootActor, Arc::clone(&shared))
@@ -286,6 +305,52 @@ impl Runtime {
                 }
                 Err(AskError::Gone) => return Err(gone(ActorKind::Integrity)),
             }
+        }
+    }
+
+    /// Starts an `llm_map` job (the request is validated first: schema, paths inside the
+    /// allowed roots); it runs in the background, resumed after crashes and restarts.
+    pub async fn llm_map(&self, request: MapRequest) -> Result<MapJob, RuntimeError> {
+        self.check_open()?;
+        let request = Box::new(request);
+        self.map_call(move |reply| map_pool::MapPoolMsg::Start { request, reply })
+            .await?
+    }
+
+    /// Waits until `job`'s run ends and returns its summary (counts, output path, examples,
+    /// failures; never the whole output).
+    pub async fn map_wait(&self, job: JobId) -> Result<MapSummary, RuntimeError> {
+        self.map_call(move |reply| map_pool::MapPoolMsg::Wait { job, reply })
+            .await?
+    }
+
+    /// Cancels `job`: nothing more is claimed, answers in flight are abandoned.
+    pub async fn map_cancel(&self, job: JobId) -> Result<(), RuntimeError> {
+        self.map_call(move |reply| map_pool::MapPoolMsg::Cancel { job, reply })
+            .await?
+    }
+
+    /// Runs `job` again from where it stopped (completed items are not redone).
+    pub async fn map_resume(&self, job: JobId) -> Result<(), RuntimeError> {
+        self.map_call(move |reply| map_pool::MapPoolMsg::Resume { job, reply })
+            .await?
+    }
+
+    async fn map_call<T: Send + 'static>(
+        &self,
+        build: impl FnOnce(ractor::RpcReplyPort<T>) -> map_pool::MapPoolMsg,
+    ) -> Result<T, RuntimeError> {
+        let shared = &self.inner.shared;
+        let deadline = Instant::now() + shared.call_timeout();
+        let pool = shared
+            .services
+            .map_pool
+            .wait(ActorKind::MapWorkerPool, shared, deadline)
+            .await?;
+        // Map jobs run long: waiting for one is not bounded by the call timeout.
+        match pool.call(build, None).await {
+            Ok(ractor::rpc::CallResult::Success(value)) => Ok(value),
+            _ => Err(gone(ActorKind::MapWorkerPool)),
         }
     }
 

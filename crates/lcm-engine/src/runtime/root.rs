@@ -25,6 +25,7 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::indexer::IndexerActor;
 use super::integrity::IntegrityActor;
+use super::map_pool::MapWorkerPool;
 use super::session::{STOP_IDLE, SessionActor, SessionArgs, SessionMsg};
 use super::shared::{Shared, join_blocking};
 use super::supervision::{ActorKind, Heartbeat, RestartHistory, backoff};
@@ -81,11 +82,12 @@ pub(crate) struct RootState {
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
-const SINGLETONS: [ActorKind; 4] = [
+const SINGLETONS: [ActorKind; 5] = [
     ActorKind::Assembler,
     ActorKind::Indexer,
     ActorKind::Compactor,
     ActorKind::Integrity,
+    ActorKind::MapWorkerPool,
 ];
 
 #[ractor::async_trait]
@@ -132,6 +134,7 @@ impl Actor for RootActor {
         services.compactor.set(None);
         services.indexer.set(None);
         services.integrity.set(None);
+        services.map_pool.set(None);
         Ok(())
     }
 
@@ -307,6 +310,7 @@ fn clear_service(shared: &Shared, kind: ActorKind) {
         ActorKind::Compactor => s.compactor.set(None),
         ActorKind::Indexer => s.indexer.set(None),
         ActorKind::Integrity => s.integrity.set(None),
+        ActorKind::MapWorkerPool => s.map_pool.set(None),
         _ => {}
     }
 }
@@ -342,6 +346,11 @@ async fn spawn_singleton(
             let (a, _) =
                 IntegrityActor::spawn_linked(None, IntegrityActor, args, supervisor).await?;
             shared.services.integrity.set(Some(a.clone()));
+            a.get_cell()
+        }
+        ActorKind::MapWorkerPool => {
+            let (a, _) = MapWorkerPool::spawn_linked(None, MapWorkerPool, args, supervisor).await?;
+            shared.services.map_pool.set(Some(a.clone()));
             a.get_cell()
         }
         other => return Err(format!("{other} is not a singleton").into()),

@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use lcm_core::config::Config;
+use lcm_llm::from_config::LlmClients;
 use lcm_llm::summarize::Summarizer;
 use lcm_store::{SearchIndex, Store};
 use ractor::{ActorRef, MessagingErr, RpcReplyPort, rpc::CallResult};
@@ -27,6 +28,8 @@ pub(crate) struct Shared {
     pub(crate) index: Arc<SearchIndex>,
     pub(crate) config: Arc<Config>,
     pub(crate) summarizer: Arc<dyn Summarizer>,
+    /// The model for operators and sub-agents (`None`: offline, they refuse with a clear error).
+    pub(crate) llm: Option<LlmClients>,
     pub(crate) events: broadcast::Sender<RuntimeEvent>,
     pub(crate) faults: Arc<Faults>,
     pub(crate) writer: GroupWriter,
@@ -40,6 +43,7 @@ impl Shared {
         index: Arc<SearchIndex>,
         config: Arc<Config>,
         summarizer: Arc<dyn Summarizer>,
+        llm: Option<LlmClients>,
         writer: GroupWriter,
     ) -> Shared {
         let (events, _) = broadcast::channel(1024);
@@ -48,6 +52,7 @@ impl Shared {
             index,
             config,
             summarizer,
+            llm,
             events,
             faults: Arc::new(Faults::default()),
             writer,
@@ -82,6 +87,7 @@ pub(crate) struct Services {
     pub(crate) assembler: Slot<AssemblerMsg>,
     pub(crate) indexer: Slot<IndexerMsg>,
     pub(crate) integrity: Slot<super::integrity::IntegrityMsg>,
+    pub(crate) map_pool: Slot<super::map_pool::MapPoolMsg>,
 }
 
 /// One singleton's current reference.

@@ -1,0 +1,189 @@
+//! `lcm doctor [--repair]`: the store's integrity check and its safe repairs.
+//!
+//! Prints what the check covered and every violation (kind, subject, proposed repair, detail);
+//! with `--repair` it applies the safe repairs, checks again and prints what changed. The exit
+//! code is non-zero while violations remain.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use lcm_store::DataDir;
+use lcm_store::integrity::{IntegrityReport, RepairReport, check, repair};
+
+use crate::App;
+use crate::output::{print_json, thousands};
+
+/// Arguments of `lcm doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Apply the safe repairs (derived data only: counters, session totals, summary ranges,
+    /// context states, the index), then check again.
+    #[arg(long)]
+    pub repair: bool,
+}
+
+/// Runs the check (and the repairs), prints the reports, fails if violations remain.
+pub fn doctor(app: &App, args: &DoctorArgs) -> Result<()> {
+    let data = app.open()?;
+    let report = checked(app, &data, "checking")?;
+    let mut repaired: Option<(RepairReport, IntegrityReport)> = None;
+    if args.repair && report.repairable() > 0 {
+        let spinner = spinner(app.quiet, "repairing");
+        let done = repair(&data.store, Some(&data.index), &report);
+        spinner.finish_and_clear();
+        let done = done?;
+        let after = checked(app, &data, "checking again")?;
+        repaired = Some((done, after));
+    }
+    let remaining = repaired.as_ref().map_or(&report, |(_, after)| after);
+
+    if app.json {
+        print_json(&serde_json::json!({
+            "check": report,
+            "repair": repaired.as_ref().map(|(r, _)| r),
+            "after": repaired.as_ref().map(|(_, a)| a),
+        }))?;
+    } else {
+        print_report(&report);
+        if let Some((done, after)) = &repaired {
+            print_repairs(done);
+            println!();
+            println!("after repair:");
+            print_violations(after);
+        }
+        print_summary(remaining, args.repair);
+    }
+
+    if !remaining.is_clean() {
+        let n = remaining.violations.len() as u64 + remaining.omitted;
+        bail!(
+            "{} integrity violation{} remain{}",
+            thousands(n),
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "s" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+fn checked(app: &App, data: &DataDir, what: &str) -> Result<IntegrityReport> {
+    let spinner = spinner(app.quiet, what);
+    let report = check(&data.store, Some(&data.index));
+    spinner.finish_and_clear();
+    Ok(report?)
+}
+
+/// A spinner on stderr while a step without progress of its own runs (hidden when quiet).
+fn spinner(quiet: bool, message: &str) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar.set_message(message.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+fn print_report(report: &IntegrityReport) {
+    let c = &report.checked;
+    println!(
+        "checked {} sessions, {} messages ({} originals), {} summaries ({} source edges, {} covered-by edges), {} contexts{} in {} ms",
+        thousands(c.sessions),
+        thousands(c.messages),
+        thousands(c.originals),
+        thousands(c.summaries),
+        thousands(c.source_edges),
+        thousands(c.cover_edges),
+        thousands(c.contexts),
+        c.index_documents
+            .map(|d| format!(", {} index documents", thousands(d)))
+            .unwrap_or_default(),
+        thousands(report.elapsed_ms),
+    );
+    print_violations(report);
+}
+
+fn print_violations(report: &IntegrityReport) {
+    for skipped in &report.skipped {
+        println!("skipped: {skipped}");
+    }
+    if report.violations.is_empty() {
+        println!("no violations");
+        return;
+    }
+    let kind_width = report
+        .violations
+        .iter()
+        .map(|v| v.kind.as_str().len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let subject_width = report
+        .violations
+        .iter()
+        .map(|v| v.subject.len())
+        .max()
+        .unwrap_or(0)
+        .max(7);
+    println!(
+        "{:<kind_width$}  {:<subject_width$}  REPAIR",
+        "KIND", "SUBJECT"
+    );
+    for v in &report.violations {
+        let repair = v
+            .repair
+            .as_ref()
+            .map_or_else(|| "none (see below)".to_owned(), ToString::to_string);
+        println!(
+            "{:<kind_width$}  {:<subject_width$}  {repair}",
+            v.kind.as_str(),
+            v.subject
+        );
+        println!("    {}", v.detail);
+    }
+    if report.omitted > 0 {
+        println!(
+            "… and {} more violations not listed (repair these and run again)",
+            thousands(report.omitted)
+        );
+    }
+}
+
+fn print_repairs(done: &RepairReport) {
+    println!();
+    if done.applied.is_empty() {
+        println!("no repair applied");
+    }
+    for r in &done.applied {
+        println!("repaired  {}: {}", r.repair, r.detail);
+    }
+    for r in &done.skipped {
+        println!("skipped   {}: {}", r.repair, r.detail);
+    }
+}
+
+fn print_summary(remaining: &IntegrityReport, repaired: bool) {
+    if remaining.is_clean() {
+        return;
+    }
+    let repairable = remaining.repairable();
+    let manual = remaining.violations.len() - repairable;
+    println!();
+    if repairable > 0 && !repaired {
+        println!(
+            "{} with a safe repair: run `lcm doctor --repair`",
+            thousands(repairable as u64)
+        );
+    }
+    if manual > 0 {
+        println!(
+            "{} without a safe repair: see each detail for what to do",
+            thousands(manual as u64)
+        );
+    }
+}
