@@ -334,6 +334,14 @@ pub struct RuntimeConfig {
     /// Largest delay between an append and the search index catching up with it, in
     /// milliseconds (grep scans the unindexed tail meanwhile, so results are complete anyway).
     pub index_interval_ms: u64,
+    /// Tool-calling steps a sub-agent (Task, Tasks, lcm_expand_query) may take.
+    pub subagent_max_steps: u32,
+    /// Tokens (input + output, summed over its calls) a sub-agent may spend.
+    pub subagent_max_tokens: u64,
+    /// Longest a sub-agent may run, in seconds.
+    pub subagent_timeout_s: u64,
+    /// Runs of a sub-agent whose worker crashed, before the call fails.
+    pub subagent_max_attempts: u32,
 }
 
 impl Default for RuntimeConfig {
@@ -351,12 +359,24 @@ impl Default for RuntimeConfig {
             heartbeat_ms: 1_000,
             integrity_interval_s: 3_600,
             index_interval_ms: 1_000,
+            subagent_max_steps: 30,
+            subagent_max_tokens: 400_000,
+            subagent_timeout_s: 600,
+            subagent_max_attempts: 2,
         }
     }
 }
 
 impl RuntimeConfig {
     fn validate(&self) -> Result<(), ConfigError> {
+        if self.subagent_max_steps == 0
+            || self.subagent_timeout_s == 0
+            || self.subagent_max_attempts == 0
+        {
+            return Err(ConfigError::Invalid(
+                "runtime.subagent_max_steps, runtime.subagent_timeout_s and runtime.subagent_max_attempts must be at least 1".into(),
+            ));
+        }
         if self.max_concurrent_compactions == 0 || self.compaction_max_attempts == 0 {
             return Err(ConfigError::Invalid(
                 "runtime.max_concurrent_compactions and runtime.compaction_max_attempts must be at least 1".into(),

@@ -10,7 +10,8 @@
 //! 2. `kept_work` says the caller keeps nothing ("nothing", "none", "n/a", ...);
 //! 3. the delegated scope *is* the caller's own scope: after normalisation (lower case,
 //!    punctuation removed, filler words dropped, words sorted and deduplicated) it equals, or
-//!    covers at least [`RESTATEMENT_OVERLAP`] of the words of, the caller's own delegated scope
+//!    covers at least [`RESTATEMENT_OVERLAP`] (three quarters) of the words of, the caller's own
+//!    delegated scope
 //!    (for a root-spawned sub-agent with no declared scope: its task prompt);
 //! 4. the delegated scope restates the caller's own task prompt in the same sense.
 //!
@@ -25,7 +26,7 @@ pub const MIN_MEANINGFUL_WORDS: usize = 2;
 
 /// Share of the caller's scope words that a delegated scope may cover before it counts as a
 /// restatement of the whole scope.
-pub const RESTATEMENT_OVERLAP: f64 = 0.9;
+pub const RESTATEMENT_OVERLAP: f64 = 0.75;
 
 /// What the paper tells an agent whose delegation is refused.
 pub const REJECTION_INSTRUCTION: &str = "Delegation rejected by the scope-reduction guard: a sub-agent may only delegate a strict part of its own work. Do this work directly yourself instead of delegating it. If only part of it should be delegated, call Task again with `delegated_scope` naming that specific part and `kept_work` naming what you will still do yourself.";

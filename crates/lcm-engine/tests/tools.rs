@@ -257,7 +257,14 @@ async fn definitions_export_in_both_provider_shapes() {
     let registry = ToolRegistry::with_builtins();
     assert_eq!(
         registry.names(),
-        vec!["lcm_grep", "lcm_describe", "lcm_expand"]
+        vec![
+            "lcm_grep",
+            "lcm_describe",
+            "lcm_expand",
+            "lcm_expand_query",
+            "Task",
+            "Tasks"
+        ]
     );
     let openai = registry.export(ToolFormat::OpenAi);
     let anthropic = registry.export(ToolFormat::Anthropic);
@@ -288,9 +295,32 @@ async fn definitions_export_in_both_provider_shapes() {
         .into_iter()
         .map(|d| d.name)
         .collect();
-    assert_eq!(main, vec!["lcm_grep", "lcm_describe"]);
+    assert_eq!(
+        main,
+        vec![
+            "lcm_grep",
+            "lcm_describe",
+            "lcm_expand_query",
+            "Task",
+            "Tasks"
+        ]
+    );
     let sub = registry.export_for(ToolFormat::Anthropic, &Caller::sub_agent(None, 1));
-    assert_eq!(sub.as_array().unwrap().len(), 3);
+    assert_eq!(sub.as_array().unwrap().len(), 6);
+    // A read-only exploration agent is offered no delegation tools.
+    let explorer = Caller {
+        read_only: true,
+        ..Caller::sub_agent(None, 1)
+    };
+    let names: Vec<String> = registry
+        .definitions_for(&explorer)
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec!["lcm_grep", "lcm_describe", "lcm_expand", "lcm_expand_query"]
+    );
     assert_eq!("OpenAI".parse::<ToolFormat>(), Ok(ToolFormat::OpenAi));
     assert_eq!("anthropic".parse::<ToolFormat>(), Ok(ToolFormat::Anthropic));
     assert!("gemini".parse::<ToolFormat>().is_err());
@@ -360,7 +390,15 @@ async fn registration_rejects_duplicates_and_unusable_definitions() {
     }
     assert_eq!(
         registry.names(),
-        vec!["lcm_grep", "lcm_describe", "lcm_expand", "echo"]
+        vec![
+            "lcm_grep",
+            "lcm_describe",
+            "lcm_expand",
+            "lcm_expand_query",
+            "Task",
+            "Tasks",
+            "echo"
+        ]
     );
 }
 
@@ -484,7 +522,7 @@ async fn invalid_arguments_name_each_pointer_and_nothing_runs() {
     assert!(available.contains(&"lcm_grep".to_owned()));
     assert!(
         err.to_string()
-            .contains("lcm_grep, lcm_describe, lcm_expand, echo"),
+            .contains("lcm_grep, lcm_describe, lcm_expand, lcm_expand_query, Task, Tasks, echo"),
         "{err}"
     );
 

@@ -38,6 +38,7 @@
 
 mod assembler;
 mod compactor;
+mod delegation;
 mod error;
 mod events;
 pub mod faults;
@@ -65,6 +66,7 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::broadcast;
 
 pub use compactor::CompactorStats;
+pub use delegation::DelegationStats;
 pub use error::RuntimeError;
 pub use events::RuntimeEvent;
 pub use faults::{Fault, FaultPoint, Faults};
@@ -75,6 +77,7 @@ pub use supervision::ActorKind;
 
 use crate::assembly::AssembledContext;
 use crate::operators::{MapRequest, MapSummary};
+use crate::tools::{Caller, Tool, ToolError, ToolFormat, ToolRegistry};
 use root::{RootActor, RootMsg};
 use session::SessionMsg;
 use shared::{AskError, Shared, ask, join_blocking};
@@ -99,6 +102,8 @@ pub struct RuntimeOptions {
     /// The model for operators (llm_map) and sub-agents; `None` builds the one `config.llm`
     /// describes (none for the offline `extractive` setting).
     pub llm: Option<LlmClients>,
+    /// The host's own tools, offered to models beside the built-in ones.
+    pub tools: Vec<Arc<dyn Tool>>,
 }
 
 impl RuntimeOptions {
@@ -109,6 +114,7 @@ impl RuntimeOptions {
             config,
             summarizer: None,
             llm: None,
+            tools: Vec::new(),
         }
     }
 
@@ -119,12 +125,19 @@ impl RuntimeOptions {
             config,
             summarizer: None,
             llm: None,
+            tools: Vec::new(),
         }
     }
 
     /// Uses `summarizer` instead of the configured one.
     pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> RuntimeOptions {
         self.summarizer = Some(summarizer);
+        self
+    }
+
+    /// Offers the host's `tool` to models (main agents and sub-agents) beside the built-ins.
+    pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> RuntimeOptions {
+        self.tools.push(tool);
         self
     }
 
@@ -180,6 +193,12 @@ impl Runtime {
             None => clients_from_config(&config.llm)
                 .map_err(|e| RuntimeError::Start(format!("LLM client: {e}")))?,
         };
+        let mut tools = ToolRegistry::with_builtins();
+        for tool in options.tools {
+            tools
+                .register(tool)
+                .map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+        }
         let open_config = Arc::clone(&config);
         let location = options.location;
         let (store, index) = join_blocking(
@@ -194,6 +213,7 @@ impl Runtime {
             config,
             summarizer,
             llm,
+            tools,
             writer,
         ));
         let (root, root_task) = RootActor::spawn(None, RootActor, Arc::clone(&shared))
@@ -352,6 +372,33 @@ impl Runtime {
             Ok(ractor::rpc::CallResult::Success(value)) => Ok(value),
             _ => Err(gone(ActorKind::MapWorkerPool)),
         }
+    }
+
+    /// The tools a main agent is offered, in a provider's function-calling shape.
+    pub fn tool_definitions(&self, format: ToolFormat) -> serde_json::Value {
+        self.inner
+            .shared
+            .tools
+            .export_for(format, &Caller::main_agent(None))
+    }
+
+    /// The delegation actor's observable state (sub-agents running, started, refused; the
+    /// delegation tree's depth and fan-out).
+    pub async fn delegation_stats(&self) -> Result<DelegationStats, RuntimeError> {
+        let shared = &self.inner.shared;
+        let deadline = Instant::now() + shared.call_timeout();
+        let actor = shared
+            .services
+            .delegation
+            .wait(ActorKind::Delegation, shared, deadline)
+            .await?;
+        ask(
+            &actor,
+            shared.call_timeout(),
+            delegation::DelegationMsg::Stats,
+        )
+        .await
+        .map_err(|_| gone(ActorKind::Delegation))
     }
 
     /// The supervisor's observable state (live sessions, restarts, stalls).
@@ -611,6 +658,18 @@ impl SessionHandle {
                 Err(CallError::Gone) => return Err(gone(ActorKind::Session)),
             }
         }
+    }
+
+    /// Calls the tool `name` with JSON `args` as this session's main agent (the arguments are
+    /// validated against the tool's schema first). The error is written for the model.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        args: serde_json::Value,
+    ) -> Result<serde_json::Value, ToolError> {
+        let shared = &self.runtime.inner.shared;
+        let ctx = delegation::tool_context(shared, Caller::main_agent(Some(self.id)));
+        shared.tools.call(&ctx, name, args).await
     }
 
     /// The session actor's observable state.

@@ -21,6 +21,7 @@ use ractor::{
 
 use super::assembler::AssemblerActor;
 use super::compactor::CompactorActor;
+use super::delegation::DelegationActor;
 use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::indexer::IndexerActor;
@@ -82,12 +83,13 @@ pub(crate) struct RootState {
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
-const SINGLETONS: [ActorKind; 5] = [
+const SINGLETONS: [ActorKind; 6] = [
     ActorKind::Assembler,
     ActorKind::Indexer,
     ActorKind::Compactor,
     ActorKind::Integrity,
     ActorKind::MapWorkerPool,
+    ActorKind::Delegation,
 ];
 
 #[ractor::async_trait]
@@ -135,6 +137,7 @@ impl Actor for RootActor {
         services.indexer.set(None);
         services.integrity.set(None);
         services.map_pool.set(None);
+        services.delegation.set(None);
         Ok(())
     }
 
@@ -311,6 +314,7 @@ fn clear_service(shared: &Shared, kind: ActorKind) {
         ActorKind::Indexer => s.indexer.set(None),
         ActorKind::Integrity => s.integrity.set(None),
         ActorKind::MapWorkerPool => s.map_pool.set(None),
+        ActorKind::Delegation => s.delegation.set(None),
         _ => {}
     }
 }
@@ -351,6 +355,12 @@ async fn spawn_singleton(
         ActorKind::MapWorkerPool => {
             let (a, _) = MapWorkerPool::spawn_linked(None, MapWorkerPool, args, supervisor).await?;
             shared.services.map_pool.set(Some(a.clone()));
+            a.get_cell()
+        }
+        ActorKind::Delegation => {
+            let (a, _) =
+                DelegationActor::spawn_linked(None, DelegationActor, args, supervisor).await?;
+            shared.services.delegation.set(Some(a.clone()));
             a.get_cell()
         }
         other => return Err(format!("{other} is not a singleton").into()),

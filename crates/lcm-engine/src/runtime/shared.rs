@@ -21,6 +21,7 @@ use super::faults::Faults;
 use super::indexer::IndexerMsg;
 use super::supervision::ActorKind;
 use super::writer::GroupWriter;
+use crate::tools::ToolRegistry;
 
 /// Shared by all actors of a runtime (behind an `Arc`).
 pub(crate) struct Shared {
@@ -30,6 +31,8 @@ pub(crate) struct Shared {
     pub(crate) summarizer: Arc<dyn Summarizer>,
     /// The model for operators and sub-agents (`None`: offline, they refuse with a clear error).
     pub(crate) llm: Option<LlmClients>,
+    /// The tools models can call (built-ins and the host's).
+    pub(crate) tools: ToolRegistry,
     pub(crate) events: broadcast::Sender<RuntimeEvent>,
     pub(crate) faults: Arc<Faults>,
     pub(crate) writer: GroupWriter,
@@ -44,6 +47,7 @@ impl Shared {
         config: Arc<Config>,
         summarizer: Arc<dyn Summarizer>,
         llm: Option<LlmClients>,
+        tools: ToolRegistry,
         writer: GroupWriter,
     ) -> Shared {
         let (events, _) = broadcast::channel(1024);
@@ -53,6 +57,7 @@ impl Shared {
             config,
             summarizer,
             llm,
+            tools,
             events,
             faults: Arc::new(Faults::default()),
             writer,
@@ -88,6 +93,7 @@ pub(crate) struct Services {
     pub(crate) indexer: Slot<IndexerMsg>,
     pub(crate) integrity: Slot<super::integrity::IntegrityMsg>,
     pub(crate) map_pool: Slot<super::map_pool::MapPoolMsg>,
+    pub(crate) delegation: Slot<super::delegation::DelegationMsg>,
 }
 
 /// One singleton's current reference.

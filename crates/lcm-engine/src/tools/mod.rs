@@ -15,6 +15,7 @@
 //! The tools are read-only. Store reads are blocking (redb), so each call runs them on
 //! tokio's blocking pool. Errors are [`ToolError`]s whose text is written for the model.
 
+mod delegation;
 mod describe;
 mod error;
 mod expand;
@@ -24,6 +25,10 @@ mod util;
 
 use std::sync::Arc;
 
+pub use delegation::{
+    DEFAULT_EXPAND_QUERY_TOKENS, DelegateKind, DelegateOutcome, DelegateRequest, Delegator,
+    LcmExpandQuery, TaskTool, TasksTool, cited_ids,
+};
 pub use describe::{
     DEFAULT_DESCRIBE_MAX_TOKENS, DEFAULT_MANIFEST_LIMIT, LcmDescribe, MAX_MANIFEST_LIMIT,
 };
@@ -38,5 +43,8 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(LcmGrep),
         Arc::new(LcmDescribe),
         Arc::new(LcmExpand),
+        Arc::new(LcmExpandQuery),
+        Arc::new(TaskTool),
+        Arc::new(TasksTool),
     ]
 }

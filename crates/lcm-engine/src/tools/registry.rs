@@ -6,6 +6,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+
+use super::delegation::Delegator;
 use lcm_core::config::Config;
 use lcm_core::ids::SessionId;
 use lcm_store::{SearchIndex, Store};
@@ -102,6 +104,12 @@ pub struct Caller {
     pub is_sub_agent: bool,
     /// Delegation depth: 0 for the main agent, 1 for its sub-agents, and so on.
     pub depth: u32,
+    /// A sub-agent's own task prompt (the scope-reduction guard compares against it).
+    pub task: Option<String>,
+    /// The scope its delegator declared for a sub-agent (`delegated_scope`), if any.
+    pub scope: Option<String>,
+    /// A read-only exploration agent (expansion): it may not spawn further sub-agents.
+    pub read_only: bool,
 }
 
 impl Caller {
@@ -109,8 +117,7 @@ impl Caller {
     pub fn main_agent(session: Option<SessionId>) -> Self {
         Caller {
             session,
-            is_sub_agent: false,
-            depth: 0,
+            ..Caller::default()
         }
     }
 
@@ -120,6 +127,7 @@ impl Caller {
             session,
             is_sub_agent: true,
             depth: depth.max(1),
+            ..Caller::default()
         }
     }
 }
@@ -135,6 +143,9 @@ pub struct ToolContext {
     pub config: Arc<Config>,
     /// Who is calling.
     pub caller: Caller,
+    /// Runs sub-agents for `Task`, `Tasks` and `lcm_expand_query` (the runtime provides it;
+    /// without one those tools say they need the runtime).
+    pub delegator: Option<Arc<dyn Delegator>>,
 }
 
 impl ToolContext {
@@ -150,7 +161,14 @@ impl ToolContext {
             index,
             config,
             caller,
+            delegator: None,
         }
+    }
+
+    /// The same context with a delegator (sub-agents for `Task`, `Tasks`, `lcm_expand_query`).
+    pub fn with_delegator(mut self, delegator: Arc<dyn Delegator>) -> Self {
+        self.delegator = Some(delegator);
+        self
     }
 
     /// The same context for another caller.

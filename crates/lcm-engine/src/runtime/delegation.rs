@@ -1,0 +1,576 @@
+//! DelegationActor: runs sub-agents for `Task`, `Tasks` and `lcm_expand_query`.
+//!
+//! For each request it applies the scope-reduction guard ([`crate::guard`]; expansion agents
+//! are read-only and exempt), creates the sub-agent's own session linked to its parent (so its
+//! whole conversation is stored and searchable), and runs the agent loop in a supervised
+//! `SubAgentWorker` child with the runtime's tools, under the configured step, token and time
+//! limits. Only the final answer goes back to the caller. A worker that panics is started again
+//! (up to `runtime.subagent_max_attempts`) in the same session. The actor records the
+//! delegation tree's depth and fan-out.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lcm_core::ids::SessionId;
+use lcm_core::time::Timestamp;
+use lcm_llm::chat::{ChatProvider, ChatRequest, ChatResponse, ChatTurn, ToolSpec};
+use lcm_llm::provider::ProviderError;
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::events::RuntimeEvent;
+use super::faults::{FaultPoint, Faults};
+use super::shared::{Shared, join_blocking};
+use super::supervision::{ActorKind, Heartbeat};
+use crate::agent::{AgentLimits, AgentStop, AgentTools, run_agent, turn_to_message};
+use crate::guard::{DelegationCaller, DelegationRequest, check_delegation};
+use crate::tools::{
+    Caller, DelegateKind, DelegateOutcome, DelegateRequest, Delegator, ToolContext, ToolError,
+};
+
+/// Observable state of the delegation actor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DelegationStats {
+    /// Sub-agents running now.
+    pub running: usize,
+    /// Sub-agents started since the actor started.
+    pub started: u64,
+    /// Delegations refused by the scope-reduction guard.
+    pub rejected: u64,
+    /// Sub-agent workers that crashed.
+    pub worker_failures: u64,
+    /// Deepest delegation seen (the main agent is 0).
+    pub max_depth: u32,
+    /// Most sub-agents started by one parent session.
+    pub max_fanout: u64,
+}
+
+/// Messages of the [`DelegationActor`].
+pub(crate) enum DelegationMsg {
+    /// Run a sub-agent for `caller`.
+    Run {
+        caller: Caller,
+        request: DelegateRequest,
+        reply: RpcReplyPort<Result<DelegateOutcome, ToolError>>,
+    },
+    /// A worker finished (sent before it stops).
+    Finished {
+        run: u64,
+        result: Result<DelegateOutcome, ToolError>,
+    },
+    /// Observable state.
+    Stats(RpcReplyPort<DelegationStats>),
+}
+
+pub(crate) struct DelegationActor;
+
+struct Run {
+    caller: Caller,
+    request: DelegateRequest,
+    session: SessionId,
+    reply: Option<RpcReplyPort<Result<DelegateOutcome, ToolError>>>,
+    attempts: u32,
+    worker: Option<ActorId>,
+}
+
+pub(crate) struct DelegationState {
+    shared: Arc<Shared>,
+    heartbeat: Arc<Heartbeat>,
+    runs: HashMap<u64, Run>,
+    workers: HashMap<ActorId, u64>,
+    next_run: u64,
+    fanout: HashMap<Option<SessionId>, u64>,
+    stats: DelegationStats,
+}
+
+const WORKER_DONE: &str = "done";
+
+#[ractor::async_trait]
+impl Actor for DelegationActor {
+    type Msg = DelegationMsg;
+    type State = DelegationState;
+    type Arguments = (Arc<Shared>, Arc<Heartbeat>);
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        (shared, heartbeat): Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(DelegationState {
+            shared,
+            heartbeat,
+            runs: HashMap::new(),
+            workers: HashMap::new(),
+            next_run: 0,
+            fanout: HashMap::new(),
+            stats: DelegationStats::default(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _busy = state.heartbeat.busy();
+        match message {
+            DelegationMsg::Run {
+                caller,
+                request,
+                reply,
+            } => start_run(&myself, state, caller, request, reply).await?,
+            DelegationMsg::Finished { run, result } => {
+                if let Some(mut r) = state.runs.remove(&run) {
+                    if let Some(id) = r.worker.take() {
+                        state.workers.remove(&id);
+                    }
+                    if let Some(reply) = r.reply.take() {
+                        let _ = reply.send(result);
+                    }
+                }
+            }
+            DelegationMsg::Stats(reply) => {
+                let mut stats = state.stats.clone();
+                stats.running = state.runs.len();
+                let _ = reply.send(stats);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, error) = match event {
+            SupervisionEvent::ActorFailed(cell, error) => (cell, error.to_string()),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                if reason.as_deref() == Some(WORKER_DONE) {
+                    return Ok(());
+                }
+                (cell, reason.unwrap_or_else(|| "killed".into()))
+            }
+            _ => return Ok(()),
+        };
+        let Some(run) = state.workers.remove(&cell.get_id()) else {
+            return Ok(());
+        };
+        state.stats.worker_failures += 1;
+        let Some(r) = state.runs.get_mut(&run) else {
+            return Ok(());
+        };
+        r.worker = None;
+        state.shared.emit(RuntimeEvent::ActorFailed {
+            kind: ActorKind::Delegation,
+            session: Some(r.session),
+            error: error.clone(),
+        });
+        if r.attempts < state.shared.config.runtime.subagent_max_attempts {
+            spawn_worker(&myself, state, run).await;
+        } else if let Some(mut r) = state.runs.remove(&run)
+            && let Some(reply) = r.reply.take()
+        {
+            let _ = reply.send(Err(ToolError::Failed {
+                tool: tool_name(r.request.kind).into(),
+                message: format!(
+                    "the sub-agent in {} crashed {} times (last: {error})",
+                    r.session, r.attempts
+                ),
+            }));
+        }
+        Ok(())
+    }
+}
+
+fn tool_name(kind: DelegateKind) -> &'static str {
+    match kind {
+        DelegateKind::Task => "Task",
+        DelegateKind::Expansion => "lcm_expand_query",
+    }
+}
+
+async fn start_run(
+    myself: &ActorRef<DelegationMsg>,
+    state: &mut DelegationState,
+    caller: Caller,
+    request: DelegateRequest,
+    reply: RpcReplyPort<Result<DelegateOutcome, ToolError>>,
+) -> Result<(), ActorProcessingErr> {
+    let tool = tool_name(request.kind);
+    if request.kind == DelegateKind::Task {
+        let verdict = check_delegation(
+            &DelegationCaller {
+                depth: caller.depth,
+                task: caller.task.clone().unwrap_or_default(),
+                scope: caller.scope.clone(),
+            },
+            &DelegationRequest {
+                prompt: request.prompt.clone(),
+                delegated_scope: request.delegated_scope.clone(),
+                kept_work: request.kept_work.clone(),
+                read_only: request.read_only,
+                parallel: request.parallel,
+            },
+        );
+        if let Err(rejection) = verdict {
+            state.stats.rejected += 1;
+            let _ = reply.send(Err(ToolError::NotPermitted {
+                tool: tool.into(),
+                reason: rejection.to_string(),
+            }));
+            return Ok(());
+        }
+    }
+    if state.shared.llm.is_none() {
+        let _ = reply.send(Err(ToolError::Unsupported {
+            tool: tool.into(),
+            message: "no model is configured for sub-agents: set [llm] provider to \"openai\" or \"anthropic\"".into(),
+        }));
+        return Ok(());
+    }
+    state.next_run += 1;
+    let run = state.next_run;
+    let parent = caller.session;
+    let key = format!(
+        "{}/{}-{}-{run}",
+        parent.map_or_else(|| "root".to_string(), |p| p.to_string()),
+        match request.kind {
+            DelegateKind::Task => "task",
+            DelegateKind::Expansion => "expansion",
+        },
+        Timestamp::now().millis()
+    );
+    let store = Arc::clone(&state.shared.store);
+    let session = join_blocking(
+        tokio::task::spawn_blocking(move || store.create_session(&key, parent)).await,
+    )?;
+    let session = match session {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = reply.send(Err(ToolError::failed(tool, e)));
+            return Ok(());
+        }
+    };
+    let depth = caller.depth + 1;
+    state.stats.started += 1;
+    state.stats.max_depth = state.stats.max_depth.max(depth);
+    let fanout = state.fanout.entry(parent).or_default();
+    *fanout += 1;
+    state.stats.max_fanout = state.stats.max_fanout.max(*fanout);
+    state.runs.insert(
+        run,
+        Run {
+            caller,
+            request,
+            session,
+            reply: Some(reply),
+            attempts: 0,
+            worker: None,
+        },
+    );
+    spawn_worker(myself, state, run).await;
+    Ok(())
+}
+
+async fn spawn_worker(myself: &ActorRef<DelegationMsg>, state: &mut DelegationState, run: u64) {
+    let Some(r) = state.runs.get_mut(&run) else {
+        return;
+    };
+    let Some(llm) = state.shared.llm.clone() else {
+        return;
+    };
+    r.attempts += 1;
+    let args = WorkerArgs {
+        shared: Arc::clone(&state.shared),
+        run,
+        session: r.session,
+        caller: r.caller.clone(),
+        request: r.request.clone(),
+        chat: llm.chat,
+        delegation: myself.clone(),
+    };
+    match SubAgentWorker::spawn_linked(None, SubAgentWorker, args, myself.get_cell()).await {
+        Ok((worker, _)) => {
+            r.worker = Some(worker.get_id());
+            state.workers.insert(worker.get_id(), run);
+            let _ = worker.cast(WorkerMsg::Run);
+        }
+        Err(e) => {
+            if let Some(mut r) = state.runs.remove(&run)
+                && let Some(reply) = r.reply.take()
+            {
+                let _ = reply.send(Err(ToolError::failed(tool_name(r.request.kind), e)));
+            }
+        }
+    }
+}
+
+struct SubAgentWorker;
+
+struct WorkerArgs {
+    shared: Arc<Shared>,
+    run: u64,
+    session: SessionId,
+    caller: Caller,
+    request: DelegateRequest,
+    chat: Arc<dyn ChatProvider>,
+    delegation: ActorRef<DelegationMsg>,
+}
+
+enum WorkerMsg {
+    Run,
+}
+
+#[ractor::async_trait]
+impl Actor for SubAgentWorker {
+    type Msg = WorkerMsg;
+    type State = WorkerArgs;
+    type Arguments = WorkerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        WorkerMsg::Run: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let result = run_sub_agent(state).await;
+        let _ = state.delegation.cast(DelegationMsg::Finished {
+            run: state.run,
+            result,
+        });
+        myself.stop(Some(WORKER_DONE.into()));
+        Ok(())
+    }
+}
+
+const TASK_SYSTEM: &str = "You are a sub-agent with your own context. Work on the task you are given with the tools available, then reply with your final answer only: the parent agent sees nothing but that answer.";
+
+const EXPANSION_SYSTEM: &str = "You are a read-only exploration agent over a long conversation whose older parts were compacted into summaries (ids sum_N) over the original messages (ids msg_N). Use lcm_expand, lcm_describe and lcm_grep to read the original messages, then answer the question concisely, citing the ids your answer rests on.";
+
+async fn run_sub_agent(state: &WorkerArgs) -> Result<DelegateOutcome, ToolError> {
+    let shared = &state.shared;
+    let config = &shared.config.runtime;
+    let depth = state.caller.depth + 1;
+    let read_only = state.request.read_only || state.request.kind == DelegateKind::Expansion;
+    let caller = Caller {
+        session: Some(state.session),
+        is_sub_agent: true,
+        depth,
+        task: Some(state.request.prompt.clone()),
+        scope: state.request.delegated_scope.clone(),
+        read_only,
+    };
+    let ctx = tool_context(shared, caller);
+    let tools = RegistryTools { ctx };
+    let chat = FaultyChat {
+        inner: Arc::clone(&state.chat),
+        faults: Arc::clone(&shared.faults),
+        session: state.session,
+    };
+    let limits = AgentLimits {
+        max_steps: state.request.max_steps.unwrap_or(config.subagent_max_steps),
+        max_total_tokens: config.subagent_max_tokens,
+        ..AgentLimits::default()
+    }
+    .with_timeout(Duration::from_secs(config.subagent_timeout_s));
+
+    // The sub-agent's turns are stored in its session as they happen, in order.
+    let (tx, mut rx) = mpsc::unbounded_channel::<ChatTurn>();
+    let writer_shared = Arc::clone(shared);
+    let session = state.session;
+    let storing = tokio::spawn(async move {
+        while let Some(turn) = rx.recv().await {
+            let message = turn_to_message(&turn);
+            let s = Arc::clone(&writer_shared);
+            let prepared = tokio::task::spawn_blocking(move || {
+                s.store.prepare_append(vec![(session, message)])
+            })
+            .await;
+            if let Ok(Ok(prepared)) = prepared
+                && let Err(e) = writer_shared.writer.commit(prepared).await
+            {
+                tracing::warn!(%session, error = %e, "a sub-agent turn could not be stored");
+            }
+        }
+    });
+    let system = match state.request.kind {
+        DelegateKind::Task => TASK_SYSTEM,
+        DelegateKind::Expansion => EXPANSION_SYSTEM,
+    };
+    let mut observer = move |turn: &ChatTurn| {
+        let _ = tx.send(turn.clone());
+    };
+    let outcome = run_agent(
+        &chat,
+        &tools,
+        Some(system),
+        state.request.prompt.clone(),
+        limits,
+        &mut observer,
+    )
+    .await;
+    drop(observer);
+    let _ = storing.await;
+    Ok(DelegateOutcome {
+        session: state.session,
+        answer: outcome.answer,
+        stop: stop_name(&outcome.stop),
+        steps: outcome.steps,
+        tokens: outcome.usage.total(),
+        depth,
+    })
+}
+
+/// How a sub-agent stopped, as the caller reads it.
+fn stop_name(stop: &AgentStop) -> String {
+    match stop {
+        AgentStop::FinalAnswer => "final_answer".into(),
+        AgentStop::StepLimit => "step_limit".into(),
+        AgentStop::TokenLimit => "token_limit".into(),
+        AgentStop::Deadline => "deadline".into(),
+        AgentStop::ProviderFailed(reason) => format!("provider_failed: {reason}"),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+/// The tool context for `caller`: the runtime's store, index, configuration and delegator.
+pub(crate) fn tool_context(shared: &Arc<Shared>, caller: Caller) -> ToolContext {
+    ToolContext::new(
+        Arc::clone(&shared.store),
+        Some(Arc::clone(&shared.index)),
+        Arc::clone(&shared.config),
+        caller,
+    )
+    .with_delegator(Arc::new(RuntimeDelegator {
+        shared: Arc::clone(shared),
+    }))
+}
+
+/// The runtime's tools as the agent loop sees them.
+struct RegistryTools {
+    ctx: ToolContext,
+}
+
+#[async_trait]
+impl AgentTools for RegistryTools {
+    fn specs(&self) -> Vec<ToolSpec> {
+        registry_of(&self.ctx)
+            .definitions_for(&self.ctx.caller)
+            .into_iter()
+            .map(|d| ToolSpec::new(d.name, d.description, d.parameters))
+            .collect()
+    }
+
+    async fn execute(&self, name: &str, arguments: &Value) -> Result<Value, String> {
+        registry_of(&self.ctx)
+            .call(&self.ctx, name, arguments.clone())
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn registry_of(ctx: &ToolContext) -> &crate::tools::ToolRegistry {
+    // The delegator of a runtime context always is a RuntimeDelegator (see `tool_context`).
+    match ctx.delegator.as_ref().and_then(|d| d.registry()) {
+        Some(registry) => registry,
+        None => empty_registry(),
+    }
+}
+
+fn empty_registry() -> &'static crate::tools::ToolRegistry {
+    static EMPTY: std::sync::OnceLock<crate::tools::ToolRegistry> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(crate::tools::ToolRegistry::new)
+}
+
+/// The runtime as a [`Delegator`]: sends runs to the DelegationActor.
+#[derive(Clone)]
+pub(crate) struct RuntimeDelegator {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RuntimeDelegator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RuntimeDelegator")
+    }
+}
+
+#[async_trait]
+impl Delegator for RuntimeDelegator {
+    async fn delegate(
+        &self,
+        caller: &Caller,
+        request: DelegateRequest,
+    ) -> Result<DelegateOutcome, ToolError> {
+        let tool = tool_name(request.kind);
+        let shared = &self.shared;
+        let deadline = std::time::Instant::now() + shared.call_timeout();
+        let actor = shared
+            .services
+            .delegation
+            .wait(ActorKind::Delegation, shared, deadline)
+            .await
+            .map_err(|e| ToolError::failed(tool, e))?;
+        let caller = caller.clone();
+        // A sub-agent is bounded by its own deadline, not by the call timeout.
+        match actor
+            .call(
+                move |reply| DelegationMsg::Run {
+                    caller,
+                    request,
+                    reply,
+                },
+                None,
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            _ => Err(ToolError::failed(
+                tool,
+                "the delegation actor stopped before the sub-agent answered",
+            )),
+        }
+    }
+
+    fn has_model(&self) -> bool {
+        self.shared.llm.is_some()
+    }
+
+    fn registry(&self) -> Option<&crate::tools::ToolRegistry> {
+        Some(&self.shared.tools)
+    }
+}
+
+/// The chat provider with the mid-call fault point in front of it.
+struct FaultyChat {
+    inner: Arc<dyn ChatProvider>,
+    faults: Arc<Faults>,
+    session: SessionId,
+}
+
+#[async_trait]
+impl ChatProvider for FaultyChat {
+    async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        self.faults
+            .hit_async(FaultPoint::DelegationMidLlmCall, Some(self.session))
+            .await;
+        self.inner.chat(req).await
+    }
+
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+}

@@ -1,0 +1,345 @@
+//! Delegation through the runtime: Task, Tasks and lcm_expand_query with sub-agents driven by a
+//! scripted tool-calling model on loopback (OpenAI shape). The scope-reduction guard stops a
+//! chain that hands its whole task down at the first nested level, lets a narrowing chain run
+//! to the bottom, and parallel Tasks run concurrently. A question about an early, compacted
+//! detail is answered through lcm_expand_query; without a model, it returns the verbatim
+//! excerpts instead.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lcm::core::config::Config;
+use lcm::core::message::{NewMessage, Role};
+use lcm::core::tokens::{Encoding, TokenCounter};
+use lcm::engine::runtime::{Fault, FaultPoint, Runtime, RuntimeOptions};
+use lcm::llm::extractive::ExtractiveSummarizer;
+use lcm::llm::from_config::LlmClients;
+use lcm::llm::http::HttpConfig;
+use lcm::llm::openai::OpenAiProvider;
+use lcm::llm::testing::{RecordedRequest, ScriptedReply, ScriptedServer};
+use serde_json::{Value, json};
+
+/// The task a sub-agent was given: the first user message.
+fn task_of(req: &RecordedRequest) -> String {
+    req.body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The content of the last message if it is a tool result.
+fn last_tool_result(req: &RecordedRequest) -> Option<String> {
+    let last = req.body["messages"].as_array()?.last()?;
+    (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or_default().to_string())
+}
+
+fn call(name: &str, args: Value) -> ScriptedReply {
+    ScriptedReply::tool_calls([(name.to_string(), args.to_string())])
+}
+
+/// The scripted model. Behaviour is chosen by the sub-agent's task:
+/// - `GREEDY ...`: tries to delegate its whole task, then does the work itself;
+/// - `CHAIN n ...`: delegates a narrower part (`CHAIN n-1`) until 0, then answers;
+/// - `SLEEP x`: answers `done x` (the server's latency makes it slow);
+/// - anything else (expansion agents): expands the first `sum_N` of its task, then answers
+///   with the ticket number it read and the message id it came from.
+fn model(req: &RecordedRequest) -> ScriptedReply {
+    let task = task_of(req);
+    let result = last_tool_result(req);
+    if let Some(rest) = task.strip_prefix("GREEDY ") {
+        return match result {
+            None => call(
+                "Task",
+                json!({"prompt": task, "delegated_scope": rest, "kept_work": "write the final report"}),
+            ),
+            Some(r) => ScriptedReply::ok(format!("did it myself after: {r}")),
+        };
+    }
+    if let Some(rest) = task.strip_prefix("CHAIN ") {
+        let n: u32 = rest
+            .split_whitespace()
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(0);
+        if n == 0 {
+            return ScriptedReply::ok("bottom reached");
+        }
+        return match result {
+            None => call(
+                "Task",
+                json!({
+                    "prompt": format!("CHAIN {} subtopic{} details", n - 1, n - 1),
+                    "delegated_scope": format!("subtopic{} details only", n - 1),
+                    "kept_work": format!("checking subtopic{n} conclusions myself"),
+                }),
+            ),
+            Some(r) => ScriptedReply::ok(format!("level {n} done: {r}")),
+        };
+    }
+    if let Some(x) = task.strip_prefix("SLEEP ") {
+        return ScriptedReply::ok(format!("done {x}"));
+    }
+    match result {
+        None => {
+            let summary = task
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .find(|w| w.starts_with("sum_"))
+                .unwrap_or("sum_0")
+                .to_string();
+            call("lcm_expand", json!({"summary_id": summary}))
+        }
+        Some(r) => {
+            let expanded: Value = serde_json::from_str(&r).unwrap_or(Value::Null);
+            let hit = expanded["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|i| i["content"].as_str().is_some_and(|c| c.contains("TICKET-")));
+            match hit {
+                Some(item) => {
+                    let content = item["content"].as_str().unwrap_or_default();
+                    let start = content.find("TICKET-").unwrap_or(0);
+                    let ticket: String = content[start..]
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '-')
+                        .collect();
+                    ScriptedReply::ok(format!(
+                        "The ticket was {ticket} (see {}).",
+                        item["id"].as_str().unwrap_or_default()
+                    ))
+                }
+                None => ScriptedReply::ok("not found"),
+            }
+        }
+    }
+}
+
+fn counter() -> TokenCounter {
+    TokenCounter::new(Encoding::O200kBase)
+}
+
+async fn runtime_with_model(server: &ScriptedServer) -> Runtime {
+    let provider = OpenAiProvider::new(HttpConfig::new(server.url(), "scripted")).unwrap();
+    let mut config = Config::default();
+    config.runtime.subagent_max_steps = 8;
+    config.runtime.restart_backoff_ms = 5;
+    config.compaction.fresh_tail = 4;
+    config.compaction.leaf_chunk_tokens = 400;
+    config.compaction.leaf_target_tokens = 100;
+    Runtime::open(
+        RuntimeOptions::in_memory(config)
+            .with_summarizer(Arc::new(ExtractiveSummarizer::new(counter())))
+            .with_llm(LlmClients::new(Arc::new(provider))),
+    )
+    .await
+    .expect("runtime")
+}
+
+async fn scripted() -> ScriptedServer {
+    let server = ScriptedServer::start().await;
+    server.set_default(ScriptedReply::from_fn(model));
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegating_the_whole_task_is_stopped_at_the_first_nested_level() {
+    let server = scripted().await;
+    let rt = runtime_with_model(&server).await;
+    let main = rt.session("main").await.unwrap();
+    let out = main
+        .call_tool("Task", json!({"prompt": "GREEDY audit the billing module"}))
+        .await
+        .expect("the root's Task runs");
+    let answer = out["answer"].as_str().unwrap_or_default();
+    assert!(answer.starts_with("did it myself"), "{out}");
+    assert!(answer.contains("Do this work directly"), "{answer}");
+    let stats = rt.delegation_stats().await.unwrap();
+    assert_eq!(stats.started, 1, "{stats:?}");
+    assert_eq!(stats.rejected, 1, "{stats:?}");
+    assert_eq!(stats.max_depth, 1, "{stats:?}");
+    // The sub-agent's conversation is its own session, linked to the main one.
+    let child: lcm::core::ids::SessionId = serde_json::from_value(out["session"].clone()).unwrap();
+    let info = rt.store().session(child).unwrap();
+    assert_eq!(info.parent, Some(main.id()));
+    assert!(info.message_count >= 4, "{info:?}");
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrowing_chain_runs_to_the_bottom() {
+    let server = scripted().await;
+    let rt = runtime_with_model(&server).await;
+    let main = rt.session("main").await.unwrap();
+    let out = main
+        .call_tool("Task", json!({"prompt": "CHAIN 3 the billing audit"}))
+        .await
+        .expect("chain");
+    let answer = out["answer"].as_str().unwrap_or_default();
+    // Each level answers with what its sub-agent returned (the Task tool's JSON result).
+    assert!(answer.starts_with("level 3 done: "), "{answer}");
+    let (l2, l1, bottom) = (
+        answer.find("level 2 done"),
+        answer.find("level 1 done"),
+        answer.find("bottom reached"),
+    );
+    assert!(l2 < l1 && l1 < bottom && l2.is_some(), "{answer}");
+    let stats = rt.delegation_stats().await.unwrap();
+    assert_eq!(stats.rejected, 0, "{stats:?}");
+    assert_eq!(stats.started, 4, "{stats:?}");
+    assert_eq!(stats.max_depth, 4, "{stats:?}");
+    assert_eq!(stats.max_fanout, 1, "{stats:?}");
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_tasks_run_concurrently() {
+    let server = scripted().await;
+    let latency = Duration::from_millis(400);
+    server.set_latency(latency);
+    let rt = runtime_with_model(&server).await;
+    let main = rt.session("main").await.unwrap();
+    let started = Instant::now();
+    let out = main
+        .call_tool(
+            "Tasks",
+            json!({"tasks": [{"prompt": "SLEEP a"}, {"prompt": "SLEEP b"}, {"prompt": "SLEEP c"}, {"prompt": "SLEEP d"}]}),
+        )
+        .await
+        .expect("tasks");
+    let elapsed = started.elapsed();
+    let answers: Vec<&str> = out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["answer"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(answers, ["done a", "done b", "done c", "done d"], "{out}");
+    // Sequential would take 4 x 400 ms; concurrent takes about one call.
+    assert!(elapsed >= latency, "{elapsed:?}");
+    assert!(elapsed < latency * 5 / 2, "{elapsed:?} is not concurrent");
+    assert_eq!(rt.delegation_stats().await.unwrap().max_fanout, 4);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// A conversation whose early turns mention a ticket number, compacted so that the ticket is
+/// only in summaries' sources.
+async fn compacted_history(rt: &Runtime) -> lcm::engine::runtime::SessionHandle {
+    let s = rt.session("history").await.unwrap();
+    s.append(
+        NewMessage::text(
+            Role::User,
+            "Please file the outage under TICKET-4821 for the record.",
+        )
+        .with_source_key("t0"),
+    )
+    .await
+    .unwrap();
+    for i in 1..80 {
+        let role = if i % 2 == 0 {
+            Role::User
+        } else {
+            Role::Assistant
+        };
+        s.append(
+            NewMessage::text(
+                role,
+                format!(
+                    "turn {i}: we discussed the rollout of service s{} and its canary",
+                    i % 5
+                ),
+            )
+            .with_source_key(format!("t{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    // Compaction runs in the background above the soft threshold, and the turn waits above
+    // the hard one: a small budget forces it.
+    let ctx = s.context(900).await.unwrap();
+    assert!(ctx.tokens <= 900);
+    assert!(!rt.store().session_summaries(s.id()).unwrap().is_empty());
+    rt.flush_index().await.unwrap();
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_detail_is_answered_through_lcm_expand_query() {
+    let server = scripted().await;
+    let rt = runtime_with_model(&server).await;
+    let s = compacted_history(&rt).await;
+    // The main agent may not expand; it is told to use lcm_expand_query.
+    let err = s
+        .call_tool("lcm_expand", json!({"summary_id": "sum_0"}))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("lcm_expand_query"), "{err}");
+    let out = s
+        .call_tool(
+            "lcm_expand_query",
+            json!({"query": "outage ticket", "prompt": "Which ticket was the outage filed under?"}),
+        )
+        .await
+        .expect("expand query");
+    let answer = out["answer"].as_str().unwrap_or_default();
+    assert!(answer.contains("TICKET-4821"), "{out}");
+    assert!(!out["cited_ids"].as_array().unwrap().is_empty(), "{out}");
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_model_expand_query_returns_excerpts_and_task_says_why() {
+    let mut config = Config::default();
+    config.compaction.fresh_tail = 4;
+    config.compaction.leaf_chunk_tokens = 400;
+    config.compaction.leaf_target_tokens = 100;
+    let rt = Runtime::open(
+        RuntimeOptions::in_memory(config)
+            .with_summarizer(Arc::new(ExtractiveSummarizer::new(counter()))),
+    )
+    .await
+    .unwrap();
+    let s = compacted_history(&rt).await;
+    let before = rt.store().stats().unwrap();
+    let out = s
+        .call_tool(
+            "lcm_expand_query",
+            json!({"query": "outage ticket", "prompt": "Which ticket?", "max_tokens": 500}),
+        )
+        .await
+        .expect("excerpts");
+    assert!(out["answer"].is_null());
+    assert!(out["note"].as_str().unwrap().contains("no model"));
+    let text = out["excerpts"].to_string();
+    assert!(text.contains("TICKET-4821"), "{out}");
+    let err = s
+        .call_tool("Task", json!({"prompt": "do something"}))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no model is configured"), "{err}");
+    assert_eq!(rt.store().stats().unwrap().sessions, before.sessions);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_that_crashes_mid_call_is_run_again() {
+    let server = scripted().await;
+    let rt = runtime_with_model(&server).await;
+    rt.faults()
+        .arm(FaultPoint::DelegationMidLlmCall, Fault::Panic, 0, 1);
+    let main = rt.session("main").await.unwrap();
+    let out = main
+        .call_tool("Task", json!({"prompt": "SLEEP once"}))
+        .await
+        .expect("the task survives its worker's crash");
+    assert_eq!(out["answer"], "done once");
+    assert_eq!(rt.faults().fired(FaultPoint::DelegationMidLlmCall), 1);
+    let stats = rt.delegation_stats().await.unwrap();
+    assert_eq!(stats.worker_failures, 1, "{stats:?}");
+    let outcome = rt.check_integrity(false).await.unwrap();
+    assert!(outcome.report.is_clean(), "{:?}", outcome.report.violations);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
