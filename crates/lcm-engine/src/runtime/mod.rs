@@ -11,7 +11,11 @@
 //! ├── CompactorActor                 queue + concurrency limit
 //! │   └── CompactionWorker × running one compaction run each; retried if it dies
 //! ├── IndexerActor                   keeps tantivy caught up with redb
-//! └── IntegrityActor                 invariants of the store, on a schedule and on demand
+//! ├── IntegrityActor                 invariants of the store, on a schedule and on demand
+//! ├── MapWorkerPool                  llm_map jobs, exactly once per item, resumed after crashes
+//! │   └── MapJobWorker × running jobs
+//! └── DelegationActor                sub-agents for Task / Tasks / lcm_expand_query, the guard
+//!     └── SubAgentWorker × running sub-agents
 //! ```
 //!
 //! The store is the truth; every actor's state is a cache rebuilt from it, so a restarted actor
