@@ -259,7 +259,17 @@ fn tools_print_their_definitions_in_both_shapes() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["lcm_grep", "lcm_describe", "lcm_expand"]);
+    assert_eq!(
+        names,
+        [
+            "lcm_grep",
+            "lcm_describe",
+            "lcm_expand",
+            "lcm_expand_query",
+            "Task",
+            "Tasks"
+        ]
+    );
     assert!(
         anthropic
             .as_array()
@@ -279,7 +289,13 @@ fn tools_print_their_definitions_in_both_shapes() {
         .collect();
     assert_eq!(
         names,
-        ["lcm_grep", "lcm_describe"],
+        [
+            "lcm_grep",
+            "lcm_describe",
+            "lcm_expand_query",
+            "Task",
+            "Tasks"
+        ],
         "lcm_expand is for sub-agents"
     );
     assert!(

@@ -25,6 +25,7 @@
 //! Store calls are blocking redb work; everything async here runs them on tokio's blocking
 //! pool.
 
+pub mod agentic;
 pub mod input;
 pub mod llm_map;
 pub mod output;

@@ -373,6 +373,7 @@ async fn run_sub_agent(state: &WorkerArgs) -> Result<DelegateOutcome, ToolError>
         task: Some(state.request.prompt.clone()),
         scope: state.request.delegated_scope.clone(),
         read_only,
+        map_input_limit: state.request.map_input_limit,
     };
     let ctx = tool_context(shared, caller);
     let tools = RegistryTools { ctx };

@@ -81,7 +81,10 @@ pub use supervision::ActorKind;
 
 use crate::assembly::AssembledContext;
 use crate::operators::{MapRequest, MapSummary};
-use crate::tools::{Caller, Tool, ToolError, ToolFormat, ToolRegistry};
+use crate::tools::{
+    AgenticMapTool, Caller, ListDir, LlmMapTool, ReadFile, Tool, ToolError, ToolFormat,
+    ToolRegistry, WriteFile,
+};
 use root::{RootActor, RootMsg};
 use session::SessionMsg;
 use shared::{AskError, Shared, ask, join_blocking};
@@ -198,7 +201,14 @@ impl Runtime {
                 .map_err(|e| RuntimeError::Start(format!("LLM client: {e}")))?,
         };
         let mut tools = ToolRegistry::with_builtins();
-        for tool in options.tools {
+        let runtime_tools: [Arc<dyn Tool>; 5] = [
+            Arc::new(LlmMapTool),
+            Arc::new(AgenticMapTool),
+            Arc::new(ReadFile),
+            Arc::new(ListDir),
+            Arc::new(WriteFile),
+        ];
+        for tool in runtime_tools.into_iter().chain(options.tools) {
             tools
                 .register(tool)
                 .map_err(|e| RuntimeError::Invalid(e.to_string()))?;

@@ -44,6 +44,9 @@ pub struct DelegateRequest {
     pub parallel: bool,
     /// Overrides the configured step limit.
     pub max_steps: Option<u32>,
+    /// For `agentic_map` item agents: the byte size of the map's input (maps they start must
+    /// be smaller).
+    pub map_input_limit: Option<u64>,
 }
 
 /// What a sub-agent came back with.
@@ -75,6 +78,19 @@ pub trait Delegator: Send + Sync + fmt::Debug {
 
     /// Whether a model is configured (without one, sub-agents cannot run).
     fn has_model(&self) -> bool;
+
+    /// Runs a map job (`llm_map`, `agentic_map`) started by `caller` and waits for its summary.
+    async fn run_map(
+        &self,
+        caller: &Caller,
+        request: crate::operators::MapRequest,
+    ) -> Result<crate::operators::MapSummary, ToolError> {
+        let _ = (caller, request);
+        Err(ToolError::Unsupported {
+            tool: "llm_map".into(),
+            message: "map operators run inside the lcm runtime".into(),
+        })
+    }
 
     /// The tools sub-agents get (the runtime's registry), if the delegator has one.
     fn registry(&self) -> Option<&super::ToolRegistry> {
@@ -116,6 +132,7 @@ fn task_request(args: &Value, parallel: bool) -> DelegateRequest {
             .get("max_steps")
             .and_then(Value::as_u64)
             .map(|n| n as u32),
+        map_input_limit: None,
     }
 }
 
@@ -313,6 +330,7 @@ impl Tool for LcmExpandQuery {
                         read_only: true,
                         parallel: false,
                         max_steps: None,
+                        map_input_limit: None,
                     },
                 )
                 .await?;

@@ -19,7 +19,9 @@ mod delegation;
 mod describe;
 mod error;
 mod expand;
+mod files;
 mod grep_tool;
+mod map_tools;
 mod registry;
 mod util;
 
@@ -34,7 +36,9 @@ pub use describe::{
 };
 pub use error::ToolError;
 pub use expand::{DEFAULT_EXPAND_TOKEN_CAP, EXPAND_TOKEN_CAP_RANGE, LcmExpand};
+pub use files::{ListDir, ReadFile, WriteFile};
 pub use grep_tool::{DEFAULT_GREP_MAX_TOKENS, GREP_MAX_TOKENS_RANGE, LcmGrep};
+pub use map_tools::{AgenticMapTool, LlmMapTool};
 pub use registry::{Caller, Tool, ToolContext, ToolDefinition, ToolFormat, ToolRegistry};
 
 /// The built-in tools, in the order they are registered and listed.

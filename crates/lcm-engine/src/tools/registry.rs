@@ -108,8 +108,12 @@ pub struct Caller {
     pub task: Option<String>,
     /// The scope its delegator declared for a sub-agent (`delegated_scope`), if any.
     pub scope: Option<String>,
-    /// A read-only exploration agent (expansion): it may not spawn further sub-agents.
+    /// A read-only agent: it may not write files, and a read-only exploration agent
+    /// (expansion) may not spawn further sub-agents.
     pub read_only: bool,
+    /// Set for agents working on an `agentic_map` item: the size in bytes of that map's input.
+    /// Maps they start must run over strictly smaller inputs.
+    pub map_input_limit: Option<u64>,
 }
 
 impl Caller {
