@@ -99,9 +99,16 @@ fn throughput_against_a_slow_model(_c: &mut Criterion) {
         let config = map_config(dir.path());
         let request = MapRequest::llm(&input, "Echo the id.", schema());
         let started = Instant::now();
-        let summary = run_llm_map(store, provider, &config, &request, &CancelToken::new(), |_| {})
-            .await
-            .expect("map");
+        let summary = run_llm_map(
+            store,
+            provider,
+            &config,
+            &request,
+            &CancelToken::new(),
+            |_| {},
+        )
+        .await
+        .expect("map");
         (started.elapsed(), summary, server.request_count())
     });
     let rate = items as f64 / elapsed.as_secs_f64();
@@ -159,5 +166,9 @@ fn engine_overhead_per_item(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, engine_overhead_per_item, throughput_against_a_slow_model);
+criterion_group!(
+    benches,
+    engine_overhead_per_item,
+    throughput_against_a_slow_model
+);
 criterion_main!(benches);
