@@ -4,13 +4,21 @@
 //! - a **condensed pass** when `condensed_fanout` summaries of one depth sit side by side in the
 //!   context (the oldest such run), into one summary a level deeper;
 //! - otherwise a **leaf pass** over the oldest raw span outside the fresh tail, up to
-//!   `leaf_chunk_tokens`, ending where no tool call is separated from its result.
+//!   `leaf_chunk_tokens`, ending where no tool call is separated from its result. A span cut
+//!   short by the chunk (small messages followed by one larger than it) that is smaller than a
+//!   leaf summary's target, or too small to pay for its summary's header at all, takes the next
+//!   message or tool exchange too, past the chunk if need be.
+//!
+//! Every pass planned covers enough tokens that its summary is smaller than what it replaces;
+//! candidates too small for that are passed over, so a run only ends early when no pass at all
+//! is possible.
 //!
 //! Each pass reads its span, summarises it with three-level escalation (at most two provider
 //! calls; the third level is deterministic), and applies the summary with
 //! [`Store::apply_summary`], which swaps it into the context in the same transaction that
 //! writes it, or refuses if the span changed meanwhile (the pass is then planned again). A run
-//! writes at most `max_passes` summaries, so its provider calls are bounded by twice that.
+//! writes at most `max_passes` summaries, so its provider calls are bounded by twice that, and
+//! plans at most twice that many passes.
 //!
 //! Goal and convergence: a run started at the soft threshold aims below it. If the fresh tail
 //! alone keeps the context above the **hard** threshold, the tail is compacted too, down to its
@@ -39,6 +47,16 @@ pub const SUMMARY_HEADER_TOKENS: u32 = 120;
 
 /// Smallest useful summary text; spans that cannot beat header + this are left alone.
 const MIN_SUMMARY_TOKENS: u32 = 32;
+
+/// A span must cover more than this to be worth a summary: the summary pays for its header and
+/// the smallest useful text, and the escalation makes its text smaller than the rest, so every
+/// pass over a span above it shrinks the context.
+const MIN_SPAN_TOKENS: u32 = SUMMARY_HEADER_TOKENS + MIN_SUMMARY_TOKENS;
+
+/// Whether a span of `tokens` is worth summarising (see [`MIN_SPAN_TOKENS`]).
+fn worth_summarising(tokens: u64) -> bool {
+    tokens > u64::from(MIN_SPAN_TOKENS)
+}
 
 /// Messages of the tail kept raw even when the hard threshold forces compacting into the tail.
 const MIN_RAW_MESSAGES: usize = 2;
@@ -242,9 +260,14 @@ async fn run(
         let (mut request, sources, kind, depth) = store
             .with(move |s| prepare(s, &pass, &prepare_config))
             .await??;
-        // The summary must pay for its header too, or the pass would grow the context.
-        if request.input_tokens <= SUMMARY_HEADER_TOKENS + MIN_SUMMARY_TOKENS {
-            break;
+        // The summary must pay for its header too, or the pass would grow the context. `plan`
+        // only proposes spans worth it, measured on the stored counts `prepare` reads too, so
+        // this only fails if the context changed meanwhile: plan again on a fresh assembly
+        // (bounded by `attempts`) rather than end the run while other passes may be possible.
+        if !worth_summarising(u64::from(request.input_tokens)) {
+            ctx = store.with(move |s| assemble(s, session)).await??;
+            report.tokens_after = ctx.tokens;
+            continue;
         }
         request.input_tokens -= SUMMARY_HEADER_TOKENS;
         let outcome = summarize_with_escalation(summarizer, counter, &request).await;
@@ -290,15 +313,22 @@ async fn run(
 
 /// Chooses the next pass for a context, or `None` when nothing can be compacted.
 /// `over_hard` allows compacting into the fresh tail (down to its last two messages).
+///
+/// Every pass it proposes covers more than [`MIN_SPAN_TOKENS`] (so applying it shrinks the
+/// context): a candidate too small for that is passed over for the next one, never returned.
 pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -> Option<Pass> {
     // Condensed: the oldest run of `fanout` same-depth summaries side by side.
-    let summaries: Vec<(SummaryId, u32)> = items
+    let summaries: Vec<(SummaryId, u32, u64)> = items
         .iter()
         .filter_map(|i| match i {
-            ContextItem::Summary { summary, .. } => Some((summary.id, summary.depth)),
+            ContextItem::Summary { summary, .. } => {
+                Some((summary.id, summary.depth, u64::from(summary.token_count)))
+            }
             ContextItem::Message(_) => None,
         })
         .collect();
+    let span_tokens = |span: &[(SummaryId, u32, u64)]| span.iter().map(|s| s.2).sum::<u64>();
+    let ids = |span: &[(SummaryId, u32, u64)]| span.iter().map(|s| s.0).collect::<Vec<_>>();
     let fanout = config.condensed_fanout;
     let mut run_start = 0;
     for i in 0..summaries.len() {
@@ -307,10 +337,15 @@ pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -
         }
         let depth = summaries[run_start].1;
         let allowed = config.max_depth.is_none_or(|max| depth < max);
-        if i + 1 - run_start == fanout && allowed {
+        // Fanout >= 2 summaries always outweigh MIN_SPAN_TOKENS (each carries a header); the
+        // check only keeps the guarantee above independent of that.
+        if i + 1 - run_start == fanout
+            && allowed
+            && worth_summarising(span_tokens(&summaries[run_start..=i]))
+        {
             return Some(Pass::Condensed {
                 depth: depth + 1,
-                summaries: summaries[run_start..=i].iter().map(|(id, _)| *id).collect(),
+                summaries: ids(&summaries[run_start..=i]),
             });
         }
     }
@@ -329,7 +364,10 @@ pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -
         config.fresh_tail
     };
     let eligible = raw.len().saturating_sub(keep);
-    if let Some(end) = leaf_span_end(&raw[..eligible], config.leaf_chunk_tokens) {
+    // A span is preferably at least a leaf summary's target: below that, most of what the pass
+    // writes is header, so a chunk cut short by a large next message takes that message too.
+    let preferred = config.leaf_target_tokens.min(config.leaf_chunk_tokens);
+    if let Some(end) = leaf_span_end(&raw[..eligible], config.leaf_chunk_tokens, preferred) {
         return Some(Pass::Leaf {
             messages: raw[..end].iter().map(|m| m.id).collect(),
         });
@@ -337,32 +375,51 @@ pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -
 
     // Above the hard threshold with no raw span left: condense the oldest run of same-depth
     // summaries even if it is shorter than the fanout (a single summary is re-summarised one
-    // level deeper). Every pass at least halves what it covers, so this converges; the hard
+    // level deeper), passing over runs too small to be worth a summary (a lone summary of a
+    // few words). Every pass at least halves what it covers, so this converges; the hard
     // threshold takes precedence over `max_depth`.
-    if over_hard && let Some((_, depth)) = summaries.first() {
-        let run: Vec<SummaryId> = summaries
-            .iter()
-            .take_while(|(_, d)| d == depth)
-            .take(fanout)
-            .map(|(id, _)| *id)
-            .collect();
-        return Some(Pass::Condensed {
-            depth: depth + 1,
-            summaries: run,
-        });
+    if over_hard {
+        let mut start = 0;
+        while start < summaries.len() {
+            let depth = summaries[start].1;
+            let len = summaries[start..]
+                .iter()
+                .take_while(|s| s.1 == depth)
+                .count();
+            let run = &summaries[start..start + len.min(fanout)];
+            if worth_summarising(span_tokens(run)) {
+                return Some(Pass::Condensed {
+                    depth: depth + 1,
+                    summaries: ids(run),
+                });
+            }
+            start += len;
+        }
     }
     None
 }
 
-/// The end of the leaf span over `messages` (oldest first): the longest prefix within
-/// `chunk_tokens` (at least one closed prefix) after which no tool call waits for its result.
-fn leaf_span_end(messages: &[&Message], chunk_tokens: u32) -> Option<usize> {
+/// The end of the leaf span over `messages` (oldest first), or `None` if no span is worth
+/// summarising. Only *closed* prefixes count (no tool call waits for its result after them),
+/// and only those worth a summary at all ([`worth_summarising`]).
+///
+/// The span is the longest such prefix within `chunk_tokens`, unless that one is smaller than
+/// `preferred_tokens` (or there is none: a message larger than the chunk, or small messages
+/// followed by one): then it is extended to the first closed prefix past the chunk, which takes
+/// the next message or tool exchange whole. A span may so exceed the chunk, by less than
+/// `preferred_tokens` beyond that next message or exchange (which would have been a span of
+/// its own otherwise); the summariser's escalation caps what any span becomes. With too few
+/// messages for that, the longest closed prefix worth a summary is the span.
+fn leaf_span_end(messages: &[&Message], chunk_tokens: u32, preferred_tokens: u32) -> Option<usize> {
     let mut open: HashSet<&str> = HashSet::new();
     let mut tokens = 0u64;
-    let mut best = None;
+    // The end and size of the span so far.
+    let mut best: Option<(usize, u64)> = None;
     for (i, m) in messages.iter().enumerate() {
         tokens += u64::from(m.token_count);
-        if tokens > u64::from(chunk_tokens) && best.is_some() {
+        if tokens > u64::from(chunk_tokens)
+            && best.is_some_and(|(_, size)| size >= u64::from(preferred_tokens))
+        {
             break;
         }
         for part in &m.parts {
@@ -376,11 +433,14 @@ fn leaf_span_end(messages: &[&Message], chunk_tokens: u32) -> Option<usize> {
                 _ => {}
             }
         }
-        if open.is_empty() {
-            best = Some(i + 1);
+        if open.is_empty() && worth_summarising(tokens) {
+            best = Some((i + 1, tokens));
+            if tokens > u64::from(chunk_tokens) {
+                break; // The first closed prefix past the chunk.
+            }
         }
     }
-    best
+    best.map(|(end, _)| end)
 }
 
 /// Reads a pass's sources and renders the text to summarise (reasoning and binary payloads
