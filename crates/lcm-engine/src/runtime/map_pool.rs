@@ -8,9 +8,18 @@
 //! after a backoff, so completed items are never redone and no answer is committed twice. When
 //! the pool starts (with the runtime, or after its own restart) it resumes every job the store
 //! says is running: no worker of an earlier pool survives it.
+//!
+//! When the runtime shuts down it drains the pool: every job's run stops (answers already in
+//! are committed, claims in flight are given back, the job stays running in the store) and the
+//! next runtime on the same store resumes it. Waiters are told the runtime is shutting down.
+//!
+//! The pool's own handlers stay short: creating a job (streaming its input into the store) and
+//! writing the output of a job that is not running happen in tasks of their own, so a large
+//! input never holds up waits, cancellations and the ends of other jobs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use lcm_core::ids::JobId;
 use lcm_llm::provider::Provider;
@@ -21,7 +30,7 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
 use super::shared::{Shared, join_blocking};
-use super::supervision::{ActorKind, Heartbeat, backoff};
+use super::supervision::{ActorKind, Heartbeat, RestartHistory, backoff};
 use crate::operators::llm_map::{ItemAttempt, ItemWorker, LlmItemWorker};
 use crate::operators::runner::{CommitStage, MapRunner, RunEnd, RunnerOptions};
 use crate::operators::{CancelToken, MapRequest, MapSummary, create_map_job, write_output};
@@ -33,6 +42,8 @@ pub(crate) enum MapPoolMsg {
         request: Box<MapRequest>,
         reply: RpcReplyPort<Result<MapJob, RuntimeError>>,
     },
+    /// Run a job just created by a `Start` (its creation runs outside the pool).
+    Created(JobId),
     /// Run a job the store holds (after `lcm map resume`, or one left running).
     Resume {
         job: JobId,
@@ -51,10 +62,21 @@ pub(crate) enum MapPoolMsg {
     /// Start a job's worker again (after a failed one, once its backoff passed).
     Restart(JobId),
     /// A job worker's run ended (sent by the worker before it stops).
-    Ended {
-        job: JobId,
-        result: Result<MapSummary, String>,
-    },
+    Ended { job: JobId, end: JobEnd },
+    /// The runtime is shutting down: stop every job's run (the jobs stay running in the store,
+    /// to be resumed by the next runtime), start nothing more, answer once every run ended.
+    Drain(RpcReplyPort<()>),
+}
+
+/// How a job worker's run ended.
+pub(crate) enum JobEnd {
+    /// The job is over (completed, cancelled or failed) and its output written.
+    Summary(MapSummary),
+    /// The run stopped while the job is still running in the store (the pool was draining).
+    Stopped,
+    /// The run could not go on (the provider refuses the job, the store failed); the job stays
+    /// running in the store.
+    Failed(String),
 }
 
 pub(crate) struct MapWorkerPool;
@@ -63,10 +85,10 @@ struct RunningJob {
     worker: Option<ActorId>,
     owner: String,
     cancel: CancelToken,
-    attempts: u32,
+    /// The job worker's failures, for the backoff and the restart limit (within
+    /// `runtime.restart_window_s`, like the root's restarts).
+    failures: RestartHistory,
     waiters: Vec<RpcReplyPort<Result<MapSummary, RuntimeError>>>,
-    /// Set once the worker reported, so its normal stop is not a failure.
-    ended: bool,
 }
 
 pub(crate) struct MapPoolState {
@@ -74,6 +96,10 @@ pub(crate) struct MapPoolState {
     heartbeat: Arc<Heartbeat>,
     jobs: HashMap<JobId, RunningJob>,
     workers: HashMap<ActorId, JobId>,
+    /// Set by `Drain`: nothing starts or restarts any more.
+    draining: bool,
+    /// Answered once every run ended after a `Drain`.
+    drained: Vec<RpcReplyPort<()>>,
 }
 
 const WORKER_DONE: &str = "done";
@@ -94,6 +120,8 @@ impl Actor for MapWorkerPool {
             heartbeat,
             jobs: HashMap::new(),
             workers: HashMap::new(),
+            draining: false,
+            drained: Vec::new(),
         };
         // No worker outlives its pool: every running item goes back to pending and every
         // running job starts again.
@@ -126,16 +154,35 @@ impl Actor for MapWorkerPool {
                     let _ = reply.send(Err(no_provider()));
                     return Ok(());
                 }
-                let store = Arc::clone(&state.shared.store);
-                let config = state.shared.config.map.clone();
-                match create_map_job(store, &config, &request).await {
-                    Ok(job) => {
-                        start_job(&myself, state, job.id).await;
-                        let _ = reply.send(Ok(job));
+                if state.draining {
+                    let _ = reply.send(Err(RuntimeError::ShuttingDown));
+                    return Ok(());
+                }
+                // Reading a large input takes a while: do it outside the pool's handler.
+                let shared = Arc::clone(&state.shared);
+                let pool = myself.clone();
+                tokio::spawn(async move {
+                    let config = shared.config.map.clone();
+                    match create_map_job(Arc::clone(&shared.store), &config, &request).await {
+                        Ok(job) => {
+                            // Sent before the reply, so the caller's next message (a wait, a
+                            // cancel) finds the job running. Should the pool have been
+                            // restarted meanwhile, the new one runs it: it is in the slot, or
+                            // it resumed the job itself at its start.
+                            let current = shared.services.map_pool.get().unwrap_or(pool);
+                            let _ = current.cast(MapPoolMsg::Created(job.id));
+                            let _ = reply.send(Ok(job));
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(RuntimeError::Invalid(e.to_string())));
+                        }
                     }
-                    Err(e) => {
-                        let _ = reply.send(Err(RuntimeError::Invalid(e.to_string())));
-                    }
+                });
+            }
+            MapPoolMsg::Created(job) => {
+                // While draining the job is left to the next runtime, which resumes it.
+                if !state.draining && !state.jobs.contains_key(&job) {
+                    start_job(&myself, state, job).await;
                 }
             }
             MapPoolMsg::Resume { job, reply } => {
@@ -143,20 +190,29 @@ impl Actor for MapWorkerPool {
                     let _ = reply.send(Err(no_provider()));
                     return Ok(());
                 }
+                if state.draining {
+                    let _ = reply.send(Err(RuntimeError::ShuttingDown));
+                    return Ok(());
+                }
                 if state.jobs.contains_key(&job) {
                     let _ = reply.send(Ok(()));
                     return Ok(());
                 }
                 let store = Arc::clone(&state.shared.store);
-                let resumed =
-                    join_blocking(tokio::task::spawn_blocking(move || store.resume(job)).await)?;
+                let resumed = join_blocking(
+                    tokio::task::spawn_blocking(move || resumable(&store, job)).await,
+                )?;
                 match resumed {
-                    Ok(_) => {
+                    Ok(true) => {
                         start_job(&myself, state, job).await;
                         let _ = reply.send(Ok(()));
                     }
+                    // Completed: nothing left to run (`map_wait` gives its summary).
+                    Ok(false) => {
+                        let _ = reply.send(Ok(()));
+                    }
                     Err(e) => {
-                        let _ = reply.send(Err(e.into()));
+                        let _ = reply.send(Err(e));
                     }
                 }
             }
@@ -164,7 +220,10 @@ impl Actor for MapWorkerPool {
                 let store = Arc::clone(&state.shared.store);
                 let cancelled =
                     join_blocking(tokio::task::spawn_blocking(move || store.cancel(job)).await)?;
-                if let Some(running) = state.jobs.get(&job) {
+                // The run stops once the store says cancelled: it then reports the summary.
+                if cancelled.is_ok()
+                    && let Some(running) = state.jobs.get(&job)
+                {
                     running.cancel.cancel();
                 }
                 let _ = reply.send(cancelled.map(|_| ()).map_err(RuntimeError::from));
@@ -172,22 +231,26 @@ impl Actor for MapWorkerPool {
             MapPoolMsg::Wait { job, reply } => match state.jobs.get_mut(&job) {
                 Some(running) => running.waiters.push(reply),
                 None => {
-                    // Not running: summarise what the store holds.
-                    let _ = reply.send(summary_of_stored(&state.shared, job).await?);
+                    // Not running: summarise what the store holds (writing the output file
+                    // takes a while for a large job: not in the pool's handler).
+                    let shared = Arc::clone(&state.shared);
+                    tokio::spawn(async move {
+                        let summary = summary_of_stored(&shared, job).await;
+                        let _ = reply.send(summary);
+                    });
                 }
             },
             MapPoolMsg::Restart(job) => {
-                if state.jobs.get(&job).is_some_and(|j| j.worker.is_none()) {
+                if !state.draining && state.jobs.get(&job).is_some_and(|j| j.worker.is_none()) {
                     start_job(&myself, state, job).await;
                 }
             }
-            MapPoolMsg::Ended { job, result } => {
+            MapPoolMsg::Ended { job, end } => {
                 if let Some(mut running) = state.jobs.remove(&job) {
-                    running.ended = true;
                     if let Some(id) = running.worker.take() {
                         state.workers.remove(&id);
                     }
-                    if let Ok(summary) = &result {
+                    if let JobEnd::Summary(summary) = &end {
                         state.shared.emit(RuntimeEvent::MapFinished {
                             job,
                             completed: summary.completed,
@@ -195,9 +258,33 @@ impl Actor for MapWorkerPool {
                         });
                     }
                     for w in running.waiters {
-                        let _ = w.send(result.clone().map_err(RuntimeError::Tool));
+                        let _ = w.send(answer(job, &end, state.draining));
                     }
                 }
+                check_drained(state);
+            }
+            MapPoolMsg::Drain(reply) => {
+                state.draining = true;
+                state.drained.push(reply);
+                // Jobs waiting out a restart backoff just stay running in the store.
+                let idle: Vec<JobId> = state
+                    .jobs
+                    .iter()
+                    .filter(|(_, j)| j.worker.is_none())
+                    .map(|(id, _)| *id)
+                    .collect();
+                for job in idle {
+                    if let Some(running) = state.jobs.remove(&job) {
+                        for w in running.waiters {
+                            let _ = w.send(Err(RuntimeError::ShuttingDown));
+                        }
+                    }
+                }
+                // The others stop; each reports `Ended` with `JobEnd::Stopped`.
+                for running in state.jobs.values() {
+                    running.cancel.cancel();
+                }
+                check_drained(state);
             }
         }
         Ok(())
@@ -223,28 +310,45 @@ impl Actor for MapWorkerPool {
         let Some(job) = state.workers.remove(&cell.get_id()) else {
             return Ok(());
         };
+        // A worker that reported its end is not restarted (it stops right after reporting).
         let Some(running) = state.jobs.get_mut(&job) else {
             return Ok(());
         };
         running.worker = None;
-        if running.ended {
-            return Ok(());
-        }
         state.shared.emit(RuntimeEvent::ActorFailed {
             kind: ActorKind::MapWorkerPool,
             session: None,
-            error: error.clone(),
+            error: format!("the worker of {job}: {error}"),
         });
-        // Give the dead worker's claims back now instead of waiting for their leases.
+        // Give the dead worker's claims back now instead of waiting for their leases. Should
+        // that fail, the leases expire and the next worker takes the items over then.
         let store = Arc::clone(&state.shared.store);
         let owner = running.owner.clone();
-        join_blocking(tokio::task::spawn_blocking(move || store.release(job, &owner)).await)??;
+        let released =
+            join_blocking(tokio::task::spawn_blocking(move || store.release(job, &owner)).await)?;
+        if let Err(e) = released {
+            tracing::warn!(%job, error = %e, "could not give a failed map worker's items back; they are retried when their leases expire");
+        }
+        if state.draining {
+            // Not restarted: the next runtime resumes the job.
+            if let Some(running) = state.jobs.remove(&job) {
+                for w in running.waiters {
+                    let _ = w.send(Err(RuntimeError::ShuttingDown));
+                }
+            }
+            check_drained(state);
+            return Ok(());
+        }
+        let Some(running) = state.jobs.get_mut(&job) else {
+            return Ok(());
+        };
         let config = &state.shared.config.runtime;
-        if running.attempts > config.max_restarts {
+        let failures = running.failures.record(Instant::now(), config);
+        if failures > config.max_restarts {
             if let Some(running) = state.jobs.remove(&job) {
                 let message = format!(
-                    "the worker of {job} failed {} times (last: {error}); the job stays running in the store: `lcm map resume {job}` runs it again",
-                    running.attempts
+                    "the worker of {job} failed {failures} times within {} s (last: {error}); the job stays running in the store: `lcm map resume {job}` runs it again",
+                    config.restart_window_s
                 );
                 for w in running.waiters {
                     let _ = w.send(Err(RuntimeError::Tool(message.clone())));
@@ -252,13 +356,34 @@ impl Actor for MapWorkerPool {
             }
             return Ok(());
         }
-        let delay = backoff(running.attempts, config);
+        let delay = backoff(failures, config);
         let pool = myself.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let _ = pool.cast(MapPoolMsg::Restart(job));
         });
         Ok(())
+    }
+}
+
+/// What a waiter of `job` is told when its run ended with `end`.
+fn answer(job: JobId, end: &JobEnd, draining: bool) -> Result<MapSummary, RuntimeError> {
+    match end {
+        JobEnd::Summary(summary) => Ok(summary.clone()),
+        JobEnd::Stopped if draining => Err(RuntimeError::ShuttingDown),
+        JobEnd::Stopped => Err(RuntimeError::Tool(format!(
+            "the run of {job} stopped before the job finished; it stays running in the store: `lcm map resume {job}` runs it again"
+        ))),
+        JobEnd::Failed(error) => Err(RuntimeError::Tool(error.clone())),
+    }
+}
+
+/// Answers the drain requests once no run is left.
+fn check_drained(state: &mut MapPoolState) {
+    if state.draining && state.jobs.is_empty() {
+        for reply in state.drained.drain(..) {
+            let _ = reply.send(());
+        }
     }
 }
 
@@ -269,19 +394,39 @@ fn no_provider() -> RuntimeError {
 }
 
 /// The summary of a job that is not running, from the store and its output file.
-async fn summary_of_stored(
-    shared: &Arc<Shared>,
-    job: JobId,
-) -> Result<Result<MapSummary, RuntimeError>, RuntimeError> {
+async fn summary_of_stored(shared: &Arc<Shared>, job: JobId) -> Result<MapSummary, RuntimeError> {
     let store = Arc::clone(&shared.store);
-    join_blocking(
-        tokio::task::spawn_blocking(move || {
-            let record = store.job(job)?;
-            write_output(&store, job, &record.output_path)
-                .map_err(|e| RuntimeError::Tool(e.to_string()))
-        })
-        .await,
-    )
+    let written = tokio::task::spawn_blocking(move || {
+        let record = store.job(job)?;
+        write_output(&store, job, &record.output_path)
+            .map_err(|e| RuntimeError::Tool(e.to_string()))
+    })
+    .await;
+    written.unwrap_or_else(|e| {
+        Err(RuntimeError::Tool(format!(
+            "writing the output of {job} failed: {e}"
+        )))
+    })
+}
+
+/// Whether `job` can run again: `true` once its interrupted items are pending again, `false`
+/// when it completed (nothing to run). A cancelled or failed job is refused: it stays as it is.
+fn resumable(store: &lcm_store::Store, job: JobId) -> Result<bool, RuntimeError> {
+    let record = store.job(job)?;
+    match record.status {
+        JobStatus::Completed => Ok(false),
+        JobStatus::Cancelled => Err(RuntimeError::Invalid(format!(
+            "{job} was cancelled; a cancelled job is not resumed (start a new one)"
+        ))),
+        JobStatus::Failed => Err(RuntimeError::Invalid(format!(
+            "{job} failed ({}); a failed job is not resumed (start a new one)",
+            record.error.as_deref().unwrap_or("no reason recorded")
+        ))),
+        JobStatus::Preparing | JobStatus::Running => {
+            store.resume(job)?;
+            Ok(true)
+        }
+    }
 }
 
 /// Starts (or restarts) a job's worker.
@@ -294,11 +439,9 @@ async fn start_job(myself: &ActorRef<MapPoolMsg>, state: &mut MapPoolState, job:
         worker: None,
         owner: String::new(),
         cancel: CancelToken::new(),
-        attempts: 0,
+        failures: RestartHistory::default(),
         waiters: Vec::new(),
-        ended: false,
     });
-    entry.attempts += 1;
     entry.owner = options.owner.clone();
     let args = JobWorkerArgs {
         shared: Arc::clone(&state.shared),
@@ -361,17 +504,20 @@ impl Actor for MapJobWorker {
         JobWorkerMsg::Run: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let result = run_job(state).await;
+        let end = match run_job(state).await {
+            Ok(end) => end,
+            Err(error) => JobEnd::Failed(error),
+        };
         let _ = state.pool.cast(MapPoolMsg::Ended {
             job: state.job,
-            result,
+            end,
         });
         myself.stop(Some(WORKER_DONE.into()));
         Ok(())
     }
 }
 
-async fn run_job(state: &JobWorkerArgs) -> Result<MapSummary, String> {
+async fn run_job(state: &JobWorkerArgs) -> Result<JobEnd, String> {
     let shared = &state.shared;
     let job = state.job;
     let store = Arc::clone(&shared.store);
@@ -379,7 +525,7 @@ async fn run_job(state: &JobWorkerArgs) -> Result<MapSummary, String> {
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     if record.status != JobStatus::Running {
-        return summarise(shared, job, &record).await;
+        return summarise(shared, job, &record).await.map(JobEnd::Summary);
     }
     let worker =
         LlmItemWorker::for_job(Arc::clone(&state.provider), &record).map_err(|e| e.to_string())?;
@@ -412,10 +558,17 @@ async fn run_job(state: &JobWorkerArgs) -> Result<MapSummary, String> {
     });
     let report = runner.run(&state.cancel).await.map_err(|e| e.to_string())?;
     if report.end == RunEnd::Stopped {
+        // Stopped by the token: a cancellation (the pool cancelled the job in the store
+        // first) or the pool draining (the job stays running, for the next runtime).
         let store = Arc::clone(&shared.store);
-        let _ = join_blocking(tokio::task::spawn_blocking(move || store.cancel(job)).await);
+        let now = join_blocking(tokio::task::spawn_blocking(move || store.job(job)).await)
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        if now.status == JobStatus::Running {
+            return Ok(JobEnd::Stopped);
+        }
     }
-    summarise(shared, job, &record).await
+    summarise(shared, job, &record).await.map(JobEnd::Summary)
 }
 
 async fn summarise(

@@ -455,6 +455,16 @@ impl Runtime {
         .await
         .unwrap_or_default();
         shared.set_closing();
+        // Map jobs stop where they are (answers in are committed, claims given back); they stay
+        // running in the store and the next runtime resumes them.
+        if let Some(pool) = shared.services.map_pool.get() {
+            let _ = ask(
+                &pool,
+                grace.max(Duration::from_millis(100)),
+                map_pool::MapPoolMsg::Drain,
+            )
+            .await;
+        }
         // Running compactions finish (or the grace period ends); nothing queued starts.
         if let Some(compactor) = shared.services.compactor.get() {
             let _ = compactor.cast(compactor::CompactorMsg::Drain);
