@@ -388,3 +388,187 @@ fn tool_calls_grep_describe_and_expand_on_the_demo_data() {
         String::from_utf8_lossy(&unknown.stderr).contains("lcm_grep, lcm_describe, lcm_expand")
     );
 }
+
+/// The item a scripted request is about (the line after `Item (JSON):`).
+fn map_item_of(request: &lcm::llm::testing::RecordedRequest) -> Option<Value> {
+    let text = request.last_user_text()?;
+    let line = text.split("Item (JSON):\n").nth(1)?.lines().next()?;
+    serde_json::from_str(line).ok()
+}
+
+#[test]
+fn map_run_status_cancel_and_resume() {
+    use lcm::llm::testing::{ScriptedReply, ScriptedServer};
+    use serde_json::json;
+
+    // The model: a scripted OpenAI-shaped server on loopback, answering each item.
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = tokio.block_on(ScriptedServer::start());
+    server.set_default(ScriptedReply::from_fn(|request| match map_item_of(request) {
+        Some(item) => ScriptedReply::ok(
+            json!({"id": item["id"], "upper": item["word"].as_str().unwrap_or_default().to_uppercase()})
+                .to_string(),
+        ),
+        None => ScriptedReply::status(400),
+    }));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    let data = tmp.path().join("data");
+    let config = tmp.path().join("lcm.toml");
+    let config_text = format!(
+        "[llm]\nprovider = \"openai\"\nbase_url = {:?}\nmodel = \"scripted\"\nmax_retries = 0\n\n[map]\nallowed_roots = [{:?}]\nconcurrency = 8\n",
+        server.url(),
+        root.to_str().unwrap()
+    );
+    std::fs::write(&config, config_text).unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let items: String = (0..40)
+        .map(|i| format!("{}\n", json!({"id": i, "word": format!("w{i}")})))
+        .collect();
+    std::fs::write(root.join("items.jsonl"), items).unwrap();
+    let schema = root.join("schema.json");
+    std::fs::write(
+        &schema,
+        json!({
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "upper": {"type": "string"}},
+            "required": ["id", "upper"]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let schema_arg = format!("@{}", schema.display());
+
+    // Run: the summary, and the output file in input order.
+    let summary = json(&lcm(
+        &data,
+        &[
+            "--config",
+            &config,
+            "map",
+            "run",
+            "items.jsonl",
+            "--prompt",
+            "Upper-case the word.",
+            "--schema",
+            &schema_arg,
+            "--json",
+        ],
+    ));
+    assert_eq!(summary["job"], "job_0", "{summary}");
+    assert_eq!(summary["status"], "completed", "{summary}");
+    assert_eq!(summary["completed"], 40);
+    assert_eq!(summary["failed"], 0);
+    assert_eq!(server.request_count(), 40);
+    let output = std::fs::read_to_string(root.join("items.out.jsonl")).unwrap();
+    let lines: Vec<Value> = output
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 40);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["index"], i);
+        assert_eq!(line["result"], json!({"id": i, "upper": format!("W{i}")}));
+    }
+
+    // Status from the store, one job or all of them.
+    let status = json(&lcm(
+        &data,
+        &["--config", &config, "map", "status", "job_0", "--json"],
+    ));
+    assert_eq!(status["status"], "completed");
+    assert_eq!(status["progress"]["completed"], 40);
+    let all = json(&lcm(
+        &data,
+        &["--config", &config, "map", "status", "--json"],
+    ));
+    assert_eq!(all.as_array().map(Vec::len), Some(1));
+    let text = lcm(&data, &["--config", &config, "map", "status", "job_0"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("40 of 40 items done"));
+
+    // A finished job: cancel changes nothing, resume asks the model nothing.
+    let cancelled = lcm(&data, &["--config", &config, "map", "cancel", "job_0"]);
+    assert!(cancelled.status.success());
+    assert!(String::from_utf8_lossy(&cancelled.stdout).contains("already completed"));
+    let resumed = json(&lcm(
+        &data,
+        &["--config", &config, "map", "resume", "job_0", "--json"],
+    ));
+    assert_eq!(resumed["status"], "completed");
+    assert_eq!(server.request_count(), 40);
+
+    // A job left running (created, never run): cancel writes what was done; resume refuses.
+    tokio.block_on(async {
+        let opened =
+            lcm::store::DataDir::open(&data, &lcm::core::config::Config::default()).unwrap();
+        let map = lcm::core::config::MapConfig {
+            allowed_roots: vec![root.clone()],
+            ..Default::default()
+        };
+        let mut request = lcm::engine::operators::MapRequest::llm(
+            root.join("items.jsonl"),
+            "Upper-case the word.",
+            json!({"type": "object"}),
+        );
+        request.output_path = Some(root.join("second.out.jsonl"));
+        let job = lcm::engine::operators::create_map_job(
+            std::sync::Arc::new(opened.store),
+            &map,
+            &request,
+        )
+        .await
+        .unwrap();
+        assert_eq!(job.id.to_string(), "job_1");
+    });
+    let cancelled = json(&lcm(
+        &data,
+        &["--config", &config, "map", "cancel", "job_1", "--json"],
+    ));
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled["not_run"], 40);
+    let second = std::fs::read_to_string(root.join("second.out.jsonl")).unwrap();
+    assert_eq!(second.lines().count(), 40);
+    let refused = lcm(&data, &["--config", &config, "map", "resume", "job_1"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cancelled"));
+    assert_eq!(server.request_count(), 40, "a cancelled job asks nothing");
+
+    // Errors: unknown jobs, malformed ids, no model configured (nothing stored then).
+    let unknown = lcm(&data, &["--config", &config, "map", "status", "job_9"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no map job job_9"));
+    let unknown = lcm(&data, &["--config", &config, "map", "cancel", "job_9"]);
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no map job job_9"));
+    let malformed = lcm(&data, &["--config", &config, "map", "status", "nine"]);
+    assert!(String::from_utf8_lossy(&malformed.stderr).contains("not a job id"));
+    let offline = lcm(
+        &data,
+        &[
+            "map",
+            "run",
+            root.join("items.jsonl").to_str().unwrap(),
+            "--prompt",
+            "p",
+            "--schema",
+            "{}",
+        ],
+    );
+    assert!(!offline.status.success());
+    assert!(
+        String::from_utf8_lossy(&offline.stderr).contains("[llm] provider"),
+        "{}",
+        String::from_utf8_lossy(&offline.stderr)
+    );
+    let all = json(&lcm(
+        &data,
+        &["--config", &config, "map", "status", "--json"],
+    ));
+    assert_eq!(all.as_array().map(Vec::len), Some(2), "nothing more stored");
+}

@@ -8,7 +8,9 @@ mod commands;
 mod dag_commands;
 mod demo;
 mod doctor;
+mod map_commands;
 mod output;
+mod serve;
 mod tool_commands;
 
 use std::path::PathBuf;
@@ -69,6 +71,10 @@ pub enum Command {
     Tool(tool_commands::ToolArgs),
     /// Print the tools' definitions (JSON Schemas) in the OpenAI or Anthropic shape.
     Tools(tool_commands::ToolsArgs),
+    /// Run the daemon: the HTTP API over the runtime (see docs/SERVER.md) until SIGTERM / Ctrl-C.
+    Serve(serve::ServeArgs),
+    /// Map jobs (llm_map): run one prompt over every item of a JSONL file; status, cancel, resume.
+    Map(map_commands::MapArgs),
 }
 
 /// Output format of `--format`-style choices shared by commands.
@@ -129,6 +135,8 @@ pub fn execute(cli: Cli) -> Result<()> {
         Command::Doctor(args) => doctor::doctor(&ctx, args),
         Command::Tool(args) => tool_commands::tool_cmd(&ctx, args),
         Command::Tools(args) => tool_commands::tools_cmd(args),
+        Command::Serve(args) => serve::serve(&ctx, args),
+        Command::Map(args) => map_commands::map_cmd(&ctx, args),
     }
 }
 

@@ -32,6 +32,7 @@ pub struct Config {
     pub llm: LlmConfig,
     pub runtime: RuntimeConfig,
     pub map: MapConfig,
+    pub server: ServerConfig,
 }
 
 impl Config {
@@ -71,6 +72,7 @@ impl Config {
         self.compaction.validate()?;
         self.runtime.validate()?;
         self.map.validate()?;
+        self.server.validate()?;
         if s.index_writer_memory_mb < 15 {
             return Err(ConfigError::Invalid(format!(
                 "search.index_writer_memory_mb must be at least 15 (tantivy's minimum), got {}",
@@ -452,6 +454,98 @@ impl MapConfig {
     }
 }
 
+/// The daemon (`lcm serve`): where it listens, who may call it, and its request limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// The address to listen on (`IP:PORT`). Anything but a loopback address requires a bearer
+    /// token (generated on first start when none is configured).
+    pub bind: String,
+    /// The bearer token every route but `/healthz` requires; `LCM_SERVER_TOKEN` overrides it.
+    /// `None`: no token on loopback, a generated one (kept in `<data-dir>/server-token`)
+    /// elsewhere or when tenants are configured.
+    pub token: Option<String>,
+    /// Largest request body, in bytes; a larger one is refused with 413.
+    pub max_body_bytes: u64,
+    /// Longest a request (other than an event stream) may take before it is answered with 503.
+    pub request_timeout_s: u64,
+    /// On SIGTERM / SIGINT: how long in-flight requests, then running compactions, get to finish.
+    pub shutdown_grace_s: u64,
+    /// Scoped tokens: token -> session key prefix. A tenant token sees and appends only the
+    /// sessions whose key starts with its prefix, and creates only such sessions.
+    pub tenants: BTreeMap<String, String>,
+}
+
+/// Shortest token accepted in `[server]` (a guessable token is no protection).
+pub const MIN_SERVER_TOKEN_LEN: usize = 16;
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: "127.0.0.1:7878".to_owned(),
+            token: None,
+            max_body_bytes: 8 << 20,
+            request_timeout_s: 600,
+            shutdown_grace_s: 10,
+            tenants: BTreeMap::new(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The bind address, parsed.
+    pub fn bind_addr(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        self.bind.trim().parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "server.bind must be an IP address and a port (\"127.0.0.1:7878\", \"[::1]:7878\", \"0.0.0.0:7878\"), got {:?}",
+                self.bind
+            ))
+        })
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.bind_addr()?;
+        if let Some(token) = &self.token {
+            check_token("server.token", token)?;
+        }
+        for (token, prefix) in &self.tenants {
+            check_token("a token of server.tenants", token)?;
+            if prefix.is_empty() {
+                return Err(ConfigError::Invalid(
+                    "server.tenants: a tenant's session key prefix must not be empty (an empty prefix would see every session; use server.token for that)".into(),
+                ));
+            }
+            if self.token.as_deref() == Some(token.as_str()) {
+                return Err(ConfigError::Invalid(
+                    "server.tenants: a tenant token must differ from server.token".into(),
+                ));
+            }
+        }
+        if self.max_body_bytes < 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "server.max_body_bytes must be at least 1024, got {}",
+                self.max_body_bytes
+            )));
+        }
+        if self.request_timeout_s == 0 {
+            return Err(ConfigError::Invalid(
+                "server.request_timeout_s must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A bearer token is at least [`MIN_SERVER_TOKEN_LEN`] visible ASCII characters.
+fn check_token(what: &str, token: &str) -> Result<(), ConfigError> {
+    if token.len() < MIN_SERVER_TOKEN_LEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ConfigError::Invalid(format!(
+            "{what} must be at least {MIN_SERVER_TOKEN_LEN} visible ASCII characters (no spaces)"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,5 +571,37 @@ mod tests {
         assert_eq!(t.encoding_for("gpt-4o-mini"), Encoding::O200kBase);
         assert_eq!(t.encoding_for("gpt-4-turbo"), Encoding::Cl100kBase);
         assert_eq!(t.encoding_for("llama-3"), Encoding::O200kBase);
+    }
+
+    #[test]
+    fn server_options_are_checked() {
+        let server = Config::default().server;
+        assert!(server.bind_addr().unwrap().ip().is_loopback());
+        let cases = [
+            ("[server]\nbind = \"localhost\"\n", "server.bind"),
+            ("[server]\ntoken = \"short\"\n", "server.token"),
+            ("[server]\nmax_body_bytes = 10\n", "server.max_body_bytes"),
+            (
+                "[server]\nrequest_timeout_s = 0\n",
+                "server.request_timeout_s",
+            ),
+            (
+                "[server.tenants]\n\"tenant-token-0123456789\" = \"\"\n",
+                "prefix must not be empty",
+            ),
+            (
+                "[server]\ntoken = \"same-token-0123456789\"\n[server.tenants]\n\"same-token-0123456789\" = \"a/\"\n",
+                "must differ",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = Config::from_toml(text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+        let ok = Config::from_toml(
+            "[server]\nbind = \"0.0.0.0:0\"\ntoken = \"admin-token-0123456789\"\n[server.tenants]\n\"tenant-token-0123456789\" = \"team-a/\"\n",
+        )
+        .unwrap();
+        assert_eq!(ok.server.tenants.len(), 1);
     }
 }

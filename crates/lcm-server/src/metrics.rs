@@ -1,0 +1,351 @@
+//! `GET /metrics`: the Prometheus text exposition format (version 0.0.4), written by hand.
+//!
+//! Two sources: what the server counts itself (HTTP requests by route, method and status, a
+//! latency histogram per route, and the runtime's events: compactions started / finished /
+//! failed, actor failures, map jobs finished), and what is read at scrape time (the store's
+//! totals, the supervisor's live sessions and restarts, the compactor's queue, map items by
+//! status).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lcm_engine::runtime::{CompactorStats, RuntimeEvent, SupervisorStats};
+use lcm_store::{MapJob, StoreStats};
+
+/// Upper bounds of the latency histogram's buckets, in seconds.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    /// Observations at or below each bound (not cumulative; summed when written).
+    buckets: [u64; LATENCY_BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        if let Some(i) = LATENCY_BUCKETS.iter().position(|b| seconds <= *b) {
+            self.buckets[i] += 1;
+        }
+        self.count += 1;
+        self.sum += seconds;
+    }
+}
+
+#[derive(Default)]
+struct Http {
+    /// (route, method, status) -> requests.
+    requests: BTreeMap<(String, String, u16), u64>,
+    /// route -> latency.
+    latency: BTreeMap<String, Histogram>,
+}
+
+/// What the server counts between scrapes.
+#[derive(Default)]
+pub(crate) struct Metrics {
+    http: Mutex<Http>,
+    compactions_started: AtomicU64,
+    compactions_finished: AtomicU64,
+    compactions_failed: AtomicU64,
+    actor_failures: AtomicU64,
+    actor_restarts: AtomicU64,
+    map_jobs_finished: AtomicU64,
+    events_missed: AtomicU64,
+}
+
+/// What is read from the runtime at scrape time (each part optional: a scrape still answers
+/// when one source is unavailable).
+#[derive(Default)]
+pub(crate) struct Snapshot {
+    pub store: Option<StoreStats>,
+    pub supervisor: Option<SupervisorStats>,
+    pub compactor: Option<CompactorStats>,
+    pub jobs: Option<Vec<MapJob>>,
+}
+
+impl Metrics {
+    /// Counts one answered request.
+    pub(crate) fn record_request(&self, route: &str, method: &str, status: u16, took: Duration) {
+        let mut http = self.http.lock().unwrap_or_else(|p| p.into_inner());
+        *http
+            .requests
+            .entry((route.to_owned(), method.to_owned(), status))
+            .or_default() += 1;
+        http.latency
+            .entry(route.to_owned())
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts one runtime event.
+    pub(crate) fn record_event(&self, event: &RuntimeEvent) {
+        let counter = match event {
+            RuntimeEvent::CompactionStarted { .. } => &self.compactions_started,
+            RuntimeEvent::CompactionFinished { .. } => &self.compactions_finished,
+            RuntimeEvent::CompactionFailed { .. } => &self.compactions_failed,
+            RuntimeEvent::ActorFailed { .. } => &self.actor_failures,
+            RuntimeEvent::ActorRestarted { .. } => &self.actor_restarts,
+            RuntimeEvent::MapFinished { .. } => &self.map_jobs_finished,
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts events the server's subscription missed (it lagged behind the runtime).
+    pub(crate) fn record_missed(&self, missed: u64) {
+        self.events_missed.fetch_add(missed, Ordering::Relaxed);
+    }
+
+    /// The exposition text.
+    pub(crate) fn render(&self, snapshot: &Snapshot) -> String {
+        let mut out = String::with_capacity(4096);
+        if let Some(stats) = &snapshot.store {
+            gauge(&mut out, "lcm_sessions", "Sessions stored.", stats.sessions);
+            gauge(&mut out, "lcm_messages", "Messages stored.", stats.messages);
+            gauge(
+                &mut out,
+                "lcm_tokens_stored",
+                "Tokens of every stored message (counted once at ingest).",
+                stats.tokens,
+            );
+            gauge(
+                &mut out,
+                "lcm_index_watermark",
+                "Messages below this number are in the search index.",
+                stats.index_watermark.get(),
+            );
+        }
+        if let Some(stats) = &snapshot.supervisor {
+            gauge(
+                &mut out,
+                "lcm_live_session_actors",
+                "Session actors alive now.",
+                stats.live_sessions as u64,
+            );
+            gauge(
+                &mut out,
+                "lcm_quarantined_sessions",
+                "Sessions refused after failing too often.",
+                stats.quarantined_sessions as u64,
+            );
+            header(
+                &mut out,
+                "lcm_actor_restarts_total",
+                "Actor restarts since the runtime started, by actor kind.",
+                "counter",
+            );
+            for (kind, restarts) in &stats.restarts {
+                let _ = writeln!(
+                    out,
+                    "lcm_actor_restarts_total{{kind=\"{}\"}} {restarts}",
+                    escape(&kind.to_string())
+                );
+            }
+            counter(
+                &mut out,
+                "lcm_actor_stalls_total",
+                "Actors killed as stuck.",
+                stats.stalls,
+            );
+        }
+        if let Some(stats) = &snapshot.compactor {
+            gauge(
+                &mut out,
+                "lcm_compactions_running",
+                "Compactions running now.",
+                stats.running as u64,
+            );
+            gauge(
+                &mut out,
+                "lcm_compactions_queued",
+                "Compactions waiting for a slot.",
+                stats.queued as u64,
+            );
+        }
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        counter(
+            &mut out,
+            "lcm_compactions_started_total",
+            "Compactions started (runtime events seen by this server).",
+            load(&self.compactions_started),
+        );
+        counter(
+            &mut out,
+            "lcm_compactions_finished_total",
+            "Compactions finished.",
+            load(&self.compactions_finished),
+        );
+        counter(
+            &mut out,
+            "lcm_compactions_failed_total",
+            "Compactions failed after their attempts.",
+            load(&self.compactions_failed),
+        );
+        counter(
+            &mut out,
+            "lcm_actor_failures_total",
+            "Actor failures (panics, errors, stalls).",
+            load(&self.actor_failures),
+        );
+        counter(
+            &mut out,
+            "lcm_actor_restart_events_total",
+            "Actor restarts (runtime events seen by this server).",
+            load(&self.actor_restarts),
+        );
+        counter(
+            &mut out,
+            "lcm_map_jobs_finished_total",
+            "Map job runs that ended.",
+            load(&self.map_jobs_finished),
+        );
+        counter(
+            &mut out,
+            "lcm_runtime_events_missed_total",
+            "Runtime events the server's subscription missed (counters above may be low by that much).",
+            load(&self.events_missed),
+        );
+        if let Some(jobs) = &snapshot.jobs {
+            let mut items = [0u64; 4];
+            let mut by_status: BTreeMap<&str, u64> = BTreeMap::new();
+            for job in jobs {
+                let p = &job.progress;
+                items[0] += p.pending;
+                items[1] += p.running;
+                items[2] += p.completed;
+                items[3] += p.failed;
+                *by_status.entry(job.status.as_str()).or_default() += 1;
+            }
+            header(
+                &mut out,
+                "lcm_map_items",
+                "Items of every map job, by status.",
+                "gauge",
+            );
+            for (status, n) in ["pending", "running", "completed", "failed"]
+                .iter()
+                .zip(items)
+            {
+                let _ = writeln!(out, "lcm_map_items{{status=\"{status}\"}} {n}");
+            }
+            header(&mut out, "lcm_map_jobs", "Map jobs, by status.", "gauge");
+            for status in ["preparing", "running", "completed", "cancelled", "failed"] {
+                let n = by_status.get(status).copied().unwrap_or(0);
+                let _ = writeln!(out, "lcm_map_jobs{{status=\"{status}\"}} {n}");
+            }
+        }
+        self.render_http(&mut out);
+        out
+    }
+
+    fn render_http(&self, out: &mut String) {
+        let http = self.http.lock().unwrap_or_else(|p| p.into_inner());
+        header(
+            out,
+            "lcm_http_requests_total",
+            "HTTP requests answered, by route, method and status.",
+            "counter",
+        );
+        for ((route, method, status), n) in &http.requests {
+            let _ = writeln!(
+                out,
+                "lcm_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{status}\"}} {n}",
+                escape(route),
+                escape(method)
+            );
+        }
+        header(
+            out,
+            "lcm_http_request_duration_seconds",
+            "Time to answer a request (to the response head; event streams count until they open), by route.",
+            "histogram",
+        );
+        for (route, h) in &http.latency {
+            let route = escape(route);
+            let mut cumulative = 0;
+            for (bound, n) in LATENCY_BUCKETS.iter().zip(h.buckets) {
+                cumulative += n;
+                let _ = writeln!(
+                    out,
+                    "lcm_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {cumulative}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "lcm_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "lcm_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "lcm_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                h.count
+            );
+        }
+    }
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
+    header(out, name, help, "gauge");
+    let _ = writeln!(out, "{name} {value}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    header(out, name, help, "counter");
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_labels_escaped() {
+        let metrics = Metrics::default();
+        metrics.record_request("/a", "GET", 200, Duration::from_millis(2));
+        metrics.record_request("/a", "GET", 200, Duration::from_millis(200));
+        metrics.record_request("/a", "GET", 404, Duration::from_secs(100));
+        metrics.record_request("x\"y", "GET", 200, Duration::from_millis(1));
+        let text = metrics.render(&Snapshot::default());
+        assert!(
+            text.contains("lcm_http_requests_total{route=\"/a\",method=\"GET\",status=\"200\"} 2")
+        );
+        assert!(
+            text.contains("lcm_http_request_duration_seconds_bucket{route=\"/a\",le=\"0.005\"} 1")
+        );
+        assert!(
+            text.contains("lcm_http_request_duration_seconds_bucket{route=\"/a\",le=\"0.25\"} 2")
+        );
+        assert!(
+            text.contains("lcm_http_request_duration_seconds_bucket{route=\"/a\",le=\"60\"} 2")
+        );
+        assert!(
+            text.contains("lcm_http_request_duration_seconds_bucket{route=\"/a\",le=\"+Inf\"} 3")
+        );
+        assert!(text.contains("lcm_http_request_duration_seconds_count{route=\"/a\"} 3"));
+        assert!(text.contains("route=\"x\\\"y\""));
+    }
+}
