@@ -21,8 +21,10 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
+use super::map_pool::MapPoolMsg;
 use super::shared::{Shared, join_blocking};
 use super::supervision::{ActorKind, Heartbeat};
 use crate::agent::{AgentLimits, AgentStop, AgentTools, run_agent, turn_to_message};
@@ -550,8 +552,71 @@ impl Delegator for RuntimeDelegator {
         self.shared.llm.is_some()
     }
 
+    async fn run_map(
+        &self,
+        caller: &Caller,
+        request: crate::operators::MapRequest,
+    ) -> Result<crate::operators::MapSummary, ToolError> {
+        let tool = match request.kind {
+            lcm_store::MapKind::Llm => "llm_map",
+            lcm_store::MapKind::Agentic => "agentic_map",
+        };
+        let shared = &self.shared;
+        let deadline = std::time::Instant::now() + shared.call_timeout();
+        let pool = shared
+            .services
+            .map_pool
+            .wait(ActorKind::MapWorkerPool, shared, deadline)
+            .await
+            .map_err(|e| ToolError::failed(tool, e))?;
+        let request = Box::new(request);
+        let caller = Box::new(caller.clone());
+        // A job runs as long as its items take: neither call is bounded by the call timeout.
+        let started = match pool
+            .call(
+                move |reply| MapPoolMsg::Start {
+                    request,
+                    caller,
+                    reply,
+                },
+                None,
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            _ => return Err(ToolError::failed(tool, "the map worker pool stopped")),
+        };
+        let job = started.map_err(|e| map_refusal(tool, e))?;
+        match pool
+            .call(move |reply| MapPoolMsg::Wait { job: job.id, reply }, None)
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(result)) => {
+                result.map_err(|e| ToolError::failed(tool, e))
+            }
+            _ => Err(ToolError::failed(
+                tool,
+                format!(
+                    "the map worker pool stopped while {} ran; the job stays in the store: `lcm map resume {}` runs it again",
+                    job.id, job.id
+                ),
+            )),
+        }
+    }
+
     fn registry(&self) -> Option<&crate::tools::ToolRegistry> {
         Some(&self.shared.tools)
+    }
+}
+
+/// A map the pool refused to start: a bad request is the caller's to fix.
+fn map_refusal(tool: &str, error: RuntimeError) -> ToolError {
+    match error {
+        RuntimeError::Invalid(message) => ToolError::InvalidRequest {
+            tool: tool.into(),
+            message,
+        },
+        other => ToolError::failed(tool, other),
     }
 }
 

@@ -1,9 +1,12 @@
-//! MapWorkerPool: runs map jobs (`llm_map`) from the store, exactly once per item, and resumes
-//! them after a crash or a restart.
+//! MapWorkerPool: runs map jobs (`llm_map`, `agentic_map`) from the store, exactly once per
+//! item, and resumes them after a crash or a restart.
 //!
 //! Each running job gets one `MapJobWorker` child, which drives a
 //! [`MapRunner`](crate::operators::MapRunner): concurrent attempts that claim items from redb
-//! with leases and commit each answer once. The pool supervises the job workers: a worker that
+//! with leases and commit each answer once. An `llm_map` item is one stateless provider call; an
+//! `agentic_map` item is one sub-agent run through the DelegationActor, as a child of the
+//! caller that started the job (a job resumed by a later runtime has lost its caller: its
+//! item agents then run as children of no session, at depth 1). The pool supervises the job workers: a worker that
 //! panics gives its claims back (`Store::release`) and the job is started again with a new owner
 //! after a backoff, so completed items are never redone and no answer is committed twice. When
 //! the pool starts (with the runtime, or after its own restart) it resumes every job the store
@@ -23,27 +26,34 @@ use std::time::Instant;
 
 use lcm_core::ids::JobId;
 use lcm_llm::provider::Provider;
-use lcm_store::{JobStatus, MapJob};
+use lcm_store::{JobStatus, MapJob, MapKind};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
+use super::delegation::RuntimeDelegator;
 use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
 use super::shared::{Shared, join_blocking};
 use super::supervision::{ActorKind, Heartbeat, RestartHistory, backoff};
+use crate::operators::agentic::AgenticItemWorker;
 use crate::operators::llm_map::{ItemAttempt, ItemWorker, LlmItemWorker};
 use crate::operators::runner::{CommitStage, MapRunner, RunEnd, RunnerOptions};
-use crate::operators::{CancelToken, MapRequest, MapSummary, create_map_job, write_output};
+use crate::operators::{
+    CancelToken, MapRequest, MapSummary, create_map_job, validate_schema, write_output,
+};
+use crate::tools::Caller;
 
 /// Messages of the [`MapWorkerPool`].
 pub(crate) enum MapPoolMsg {
     /// Create a job from a request (validated first) and run it.
     Start {
         request: Box<MapRequest>,
+        /// Who starts it: the parent of an `agentic_map` job's item agents.
+        caller: Box<Caller>,
         reply: RpcReplyPort<Result<MapJob, RuntimeError>>,
     },
     /// Run a job just created by a `Start` (its creation runs outside the pool).
-    Created(JobId),
+    Created { job: JobId, caller: Box<Caller> },
     /// Run a job the store holds (after `lcm map resume`, or one left running).
     Resume {
         job: JobId,
@@ -84,6 +94,8 @@ pub(crate) struct MapWorkerPool;
 struct RunningJob {
     worker: Option<ActorId>,
     owner: String,
+    /// Who started the job (the main agent of no session for a resumed job).
+    caller: Caller,
     cancel: CancelToken,
     /// The job worker's failures, for the backoff and the restart limit (within
     /// `runtime.restart_window_s`, like the root's restarts).
@@ -130,7 +142,7 @@ impl Actor for MapWorkerPool {
             join_blocking(tokio::task::spawn_blocking(move || store.resume_all()).await)??;
         if state.shared.llm.is_some() {
             for (job, _) in resumed {
-                start_job(&myself, &mut state, job).await;
+                start_job(&myself, &mut state, job, Caller::main_agent(None)).await;
             }
         } else if !resumed.is_empty() {
             tracing::warn!(
@@ -149,7 +161,11 @@ impl Actor for MapWorkerPool {
     ) -> Result<(), ActorProcessingErr> {
         let _busy = state.heartbeat.busy();
         match message {
-            MapPoolMsg::Start { request, reply } => {
+            MapPoolMsg::Start {
+                request,
+                caller,
+                reply,
+            } => {
                 if state.shared.llm.is_none() {
                     let _ = reply.send(Err(no_provider()));
                     return Ok(());
@@ -170,7 +186,10 @@ impl Actor for MapWorkerPool {
                             // restarted meanwhile, the new one runs it: it is in the slot, or
                             // it resumed the job itself at its start.
                             let current = shared.services.map_pool.get().unwrap_or(pool);
-                            let _ = current.cast(MapPoolMsg::Created(job.id));
+                            let _ = current.cast(MapPoolMsg::Created {
+                                job: job.id,
+                                caller,
+                            });
                             let _ = reply.send(Ok(job));
                         }
                         Err(e) => {
@@ -179,10 +198,10 @@ impl Actor for MapWorkerPool {
                     }
                 });
             }
-            MapPoolMsg::Created(job) => {
+            MapPoolMsg::Created { job, caller } => {
                 // While draining the job is left to the next runtime, which resumes it.
                 if !state.draining && !state.jobs.contains_key(&job) {
-                    start_job(&myself, state, job).await;
+                    start_job(&myself, state, job, *caller).await;
                 }
             }
             MapPoolMsg::Resume { job, reply } => {
@@ -204,7 +223,7 @@ impl Actor for MapWorkerPool {
                 )?;
                 match resumed {
                     Ok(true) => {
-                        start_job(&myself, state, job).await;
+                        start_job(&myself, state, job, Caller::main_agent(None)).await;
                         let _ = reply.send(Ok(()));
                     }
                     // Completed: nothing left to run (`map_wait` gives its summary).
@@ -241,8 +260,12 @@ impl Actor for MapWorkerPool {
                 }
             },
             MapPoolMsg::Restart(job) => {
-                if !state.draining && state.jobs.get(&job).is_some_and(|j| j.worker.is_none()) {
-                    start_job(&myself, state, job).await;
+                if !state.draining
+                    && let Some(running) = state.jobs.get(&job)
+                    && running.worker.is_none()
+                {
+                    let caller = running.caller.clone();
+                    start_job(&myself, state, job, caller).await;
                 }
             }
             MapPoolMsg::Ended { job, end } => {
@@ -429,8 +452,13 @@ fn resumable(store: &lcm_store::Store, job: JobId) -> Result<bool, RuntimeError>
     }
 }
 
-/// Starts (or restarts) a job's worker.
-async fn start_job(myself: &ActorRef<MapPoolMsg>, state: &mut MapPoolState, job: JobId) {
+/// Starts (or restarts) a job's worker; `caller` started the job.
+async fn start_job(
+    myself: &ActorRef<MapPoolMsg>,
+    state: &mut MapPoolState,
+    job: JobId,
+    caller: Caller,
+) {
     let Some(llm) = state.shared.llm.clone() else {
         return;
     };
@@ -438,6 +466,7 @@ async fn start_job(myself: &ActorRef<MapPoolMsg>, state: &mut MapPoolState, job:
     let entry = state.jobs.entry(job).or_insert_with(|| RunningJob {
         worker: None,
         owner: String::new(),
+        caller: caller.clone(),
         cancel: CancelToken::new(),
         failures: RestartHistory::default(),
         waiters: Vec::new(),
@@ -447,6 +476,7 @@ async fn start_job(myself: &ActorRef<MapPoolMsg>, state: &mut MapPoolState, job:
         shared: Arc::clone(&state.shared),
         job,
         provider: llm.provider,
+        caller,
         options,
         cancel: entry.cancel.clone(),
         pool: myself.clone(),
@@ -475,6 +505,7 @@ struct JobWorkerArgs {
     shared: Arc<Shared>,
     job: JobId,
     provider: Arc<dyn Provider>,
+    caller: Caller,
     options: RunnerOptions,
     cancel: CancelToken,
     pool: ActorRef<MapPoolMsg>,
@@ -527,10 +558,8 @@ async fn run_job(state: &JobWorkerArgs) -> Result<JobEnd, String> {
     if record.status != JobStatus::Running {
         return summarise(shared, job, &record).await.map(JobEnd::Summary);
     }
-    let worker =
-        LlmItemWorker::for_job(Arc::clone(&state.provider), &record).map_err(|e| e.to_string())?;
     let worker = Arc::new(FaultyItemWorker {
-        inner: worker,
+        inner: item_worker(state, &record).await?,
         faults: Arc::clone(&shared.faults),
     });
     let faults = Arc::clone(&shared.faults);
@@ -571,6 +600,42 @@ async fn run_job(state: &JobWorkerArgs) -> Result<JobEnd, String> {
     summarise(shared, job, &record).await.map(JobEnd::Summary)
 }
 
+/// The worker of one item of `record`: a provider call (`llm_map`) or a sub-agent
+/// (`agentic_map`).
+async fn item_worker(
+    state: &JobWorkerArgs,
+    record: &MapJob,
+) -> Result<Arc<dyn ItemWorker>, String> {
+    match record.kind {
+        MapKind::Llm => LlmItemWorker::for_job(Arc::clone(&state.provider), record)
+            .map(|w| Arc::new(w) as Arc<dyn ItemWorker>)
+            .map_err(|e| e.to_string()),
+        MapKind::Agentic => {
+            let schema: serde_json::Value = serde_json::from_str(&record.output_schema)
+                .map_err(|e| format!("the stored schema of {} is not JSON: {e}", record.id))?;
+            let validator = validate_schema(&schema).map_err(|e| e.to_string())?;
+            // Nested maps started by an item must run over strictly smaller inputs.
+            let path = record.input_path.clone();
+            let input_bytes = tokio::task::spawn_blocking(move || std::fs::metadata(&path))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("{}: {e}", record.input_path.display()))?
+                .len();
+            let delegator = Arc::new(RuntimeDelegator {
+                shared: Arc::clone(&state.shared),
+            });
+            Ok(Arc::new(AgenticItemWorker::new(
+                delegator,
+                state.caller.clone(),
+                record.prompt.clone(),
+                validator,
+                record.read_only,
+                input_bytes,
+            )))
+        }
+    }
+}
+
 async fn summarise(
     shared: &Arc<Shared>,
     job: JobId,
@@ -585,7 +650,7 @@ async fn summarise(
 
 /// The item worker with the mid-call fault point in front of it.
 struct FaultyItemWorker {
-    inner: LlmItemWorker,
+    inner: Arc<dyn ItemWorker>,
     faults: Arc<Faults>,
 }
 

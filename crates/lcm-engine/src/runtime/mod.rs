@@ -347,8 +347,13 @@ impl Runtime {
     pub async fn llm_map(&self, request: MapRequest) -> Result<MapJob, RuntimeError> {
         self.check_open()?;
         let request = Box::new(request);
-        self.map_call(move |reply| map_pool::MapPoolMsg::Start { request, reply })
-            .await?
+        let caller = Box::new(Caller::main_agent(None));
+        self.map_call(move |reply| map_pool::MapPoolMsg::Start {
+            request,
+            caller,
+            reply,
+        })
+        .await?
     }
 
     /// Waits until `job`'s run ends and returns its summary (counts, output path, examples,
