@@ -111,7 +111,12 @@ async fn trec_coarse_classification_with_a_real_model() {
         "one output line per question"
     );
     assert_eq!(answered, summary.completed);
+    let mut gold_counts: BTreeMap<&str, u64> = BTreeMap::new();
+    for label in &gold {
+        *gold_counts.entry(label.as_str()).or_default() += 1;
+    }
     eprintln!("per-label counts: {counts:?}");
+    eprintln!("gold label counts: {gold_counts:?}");
     eprintln!(
         "accuracy: {correct}/{limit} = {:.1}% ({} failed after retries)",
         100.0 * correct as f64 / limit as f64,

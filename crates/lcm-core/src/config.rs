@@ -218,6 +218,10 @@ pub struct LlmConfig {
     pub timeout_s: u64,
     /// Retries on 429, 5xx, timeouts and transport errors (with backoff and jitter).
     pub max_retries: u32,
+    /// Send the JSON Schema of a map item's answer as an OpenAI structured output
+    /// (`response_format`), which servers that support it enforce while decoding. Turn it off
+    /// for an OpenAI-compatible server that refuses the field.
+    pub structured_output: bool,
 }
 
 impl Default for LlmConfig {
@@ -228,6 +232,7 @@ impl Default for LlmConfig {
             model: String::new(),
             timeout_s: 60,
             max_retries: 3,
+            structured_output: true,
         }
     }
 }

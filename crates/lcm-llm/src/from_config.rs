@@ -104,9 +104,10 @@ pub fn clients_from_config(config: &LlmConfig) -> Result<Option<LlmClients>, Pro
     };
     Ok(Some(match config.provider {
         ProviderKind::Extractive => return Ok(None),
-        ProviderKind::Openai => LlmClients::new(Arc::new(OpenAiProvider::new(http(
-            OpenAiProvider::DEFAULT_BASE_URL,
-        ))?)),
+        ProviderKind::Openai => LlmClients::new(Arc::new(
+            OpenAiProvider::new(http(OpenAiProvider::DEFAULT_BASE_URL))?
+                .with_structured_output(config.structured_output),
+        )),
         ProviderKind::Anthropic => LlmClients::new(Arc::new(AnthropicProvider::new(http(
             AnthropicProvider::DEFAULT_BASE_URL,
         ))?)),

@@ -20,6 +20,7 @@ use crate::provider::{Completion, CompletionRequest, Provider, ProviderError};
 pub struct OpenAiProvider {
     http: HttpClient,
     url: String,
+    structured_output: bool,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -43,7 +44,18 @@ impl OpenAiProvider {
     pub fn new(config: HttpConfig) -> Result<Self, ProviderError> {
         let url = format!("{}/chat/completions", config.base_url_trimmed());
         let http = HttpClient::new(config, "openai", Self::API_KEY_ENV)?;
-        Ok(OpenAiProvider { http, url })
+        Ok(OpenAiProvider {
+            http,
+            url,
+            structured_output: true,
+        })
+    }
+
+    /// Whether a request's `response_schema` is sent as `response_format` (the default), or
+    /// left out for a server that refuses the field.
+    pub fn with_structured_output(mut self, enabled: bool) -> Self {
+        self.structured_output = enabled;
+        self
     }
 
     /// The endpoint requests go to.
@@ -65,12 +77,25 @@ impl OpenAiProvider {
         for message in &request.messages {
             messages.push(json!({ "role": message.role.as_str(), "content": message.content }));
         }
-        Ok(json!({
+        let mut body = json!({
             "model": request.model.as_deref().unwrap_or(self.model()),
             "messages": messages,
             "temperature": json_temperature(request.temperature)?,
             "max_tokens": request.max_tokens,
-        }))
+        });
+        if let Some(schema) = request
+            .response_schema
+            .as_ref()
+            .filter(|_| self.structured_output)
+        {
+            // Not `strict`: OpenAI's strict mode accepts only a subset of JSON Schema, and the
+            // caller validates the answer against the full schema anyway.
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {"name": "result", "schema": schema, "strict": false},
+            });
+        }
+        Ok(body)
     }
 }
 

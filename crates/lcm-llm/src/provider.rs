@@ -87,6 +87,11 @@ pub struct CompletionRequest {
     pub max_tokens: u32,
     /// A model that overrides the provider's configured one for this request.
     pub model: Option<String>,
+    /// A JSON Schema the answer must satisfy. OpenAI-shaped providers send it as a structured
+    /// output (`response_format` of type `json_schema`), which servers that support it enforce
+    /// while decoding; providers without such a feature ignore it (the caller validates the
+    /// answer either way).
+    pub response_schema: Option<serde_json::Value>,
 }
 
 impl CompletionRequest {
@@ -98,6 +103,7 @@ impl CompletionRequest {
             temperature: 0.0,
             max_tokens,
             model: None,
+            response_schema: None,
         }
     }
 }

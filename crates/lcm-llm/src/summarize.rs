@@ -173,6 +173,7 @@ impl Summarizer for LlmSummarizer {
             temperature: call.temperature,
             max_tokens: Self::max_tokens_for(call.target_tokens),
             model: None,
+            response_schema: None,
         };
         self.provider.complete(&request).await
     }

@@ -24,6 +24,7 @@ async fn normal_path_request_and_response() {
         temperature: 0.1,
         max_tokens: 300,
         model: None,
+        response_schema: None,
     };
     let completion = provider.complete(&request).await.unwrap();
     assert_eq!(completion.text, "Done.");

@@ -18,6 +18,7 @@ fn request() -> CompletionRequest {
         temperature: 0.2,
         max_tokens: 77,
         model: None,
+        response_schema: None,
     }
 }
 
@@ -142,4 +143,37 @@ async fn usable_as_a_shared_trait_object() {
         );
     }
     assert_eq!(server.request_count(), 8);
+}
+
+#[tokio::test]
+async fn a_response_schema_is_sent_as_a_structured_output_unless_turned_off() {
+    let server = ScriptedServer::start().await;
+    server.push(ScriptedReply::ok("{\"label\": \"NUM\"}"));
+    server.push(ScriptedReply::ok("{\"label\": \"NUM\"}"));
+    let schema =
+        serde_json::json!({"type": "object", "properties": {"label": {"enum": ["NUM", "LOC"]}}});
+    let mut with_schema = request();
+    with_schema.response_schema = Some(schema.clone());
+
+    let provider = OpenAiProvider::new(fast_config(&server)).unwrap();
+    provider.complete(&with_schema).await.unwrap();
+    let sent = &server.requests()[0].body;
+    assert_eq!(sent["response_format"]["type"], "json_schema");
+    assert_eq!(sent["response_format"]["json_schema"]["schema"], schema);
+    assert_eq!(sent["response_format"]["json_schema"]["strict"], false);
+
+    // A server that refuses the field: not sent.
+    let plain = OpenAiProvider::new(fast_config(&server))
+        .unwrap()
+        .with_structured_output(false);
+    plain.complete(&with_schema).await.unwrap();
+    assert!(server.requests()[1].body.get("response_format").is_none());
+    // Without a schema nothing is added.
+    assert!(
+        provider
+            .request_body(&request())
+            .unwrap()
+            .get("response_format")
+            .is_none()
+    );
 }

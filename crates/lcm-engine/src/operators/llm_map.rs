@@ -222,6 +222,7 @@ pub fn item_request(
         temperature: 0.0,
         max_tokens,
         model: model.map(str::to_owned),
+        response_schema: Some(validator.schema().clone()),
     }
 }
 
