@@ -277,3 +277,31 @@ async fn concurrent_appends_from_many_sessions_are_group_committed_and_all_kept(
     assert_eq!(rt.store().stats().unwrap().messages, 1_000);
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_called_outside_any_session_searches_every_session() {
+    let rt = open(small_config(), counting()).await;
+    let a = rt.session("a").await.expect("a");
+    let b = rt.session("b").await.expect("b");
+    a.append(message(1)).await.expect("append a");
+    b.append(message(2)).await.expect("append b");
+
+    let all = rt
+        .call_tool("lcm_grep", serde_json::json!({"pattern": "ticket ref-\\d"}))
+        .await
+        .expect("grep");
+    assert_eq!(all["hits"], 2, "{all}");
+    // As a session's main agent, the same search stays in that session.
+    let one = a
+        .call_tool("lcm_grep", serde_json::json!({"pattern": "ticket ref-\\d"}))
+        .await
+        .expect("grep");
+    assert_eq!(one["hits"], 1, "{one}");
+    // Arguments are validated the same way.
+    let error = rt
+        .call_tool("lcm_grep", serde_json::json!({"pattern": 7}))
+        .await
+        .expect_err("bad arguments");
+    assert!(error.to_string().contains("/pattern"), "{error}");
+    rt.shutdown(Duration::from_secs(5)).await.expect("shutdown");
+}

@@ -393,6 +393,20 @@ impl Runtime {
         }
     }
 
+    /// Calls the tool `name` with JSON `args` as a main agent outside any session: searches
+    /// default to every session, sub-agents and map jobs are children of no session. The
+    /// arguments are validated against the tool's schema first; the error is written for the
+    /// model. [`SessionHandle::call_tool`] calls as one session's main agent instead.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        args: serde_json::Value,
+    ) -> Result<serde_json::Value, ToolError> {
+        let shared = &self.inner.shared;
+        let ctx = delegation::tool_context(shared, Caller::main_agent(None));
+        shared.tools.call(&ctx, name, args).await
+    }
+
     /// The tools a main agent is offered, in a provider's function-calling shape.
     pub fn tool_definitions(&self, format: ToolFormat) -> serde_json::Value {
         self.inner
