@@ -460,7 +460,8 @@ impl MapConfig {
 }
 
 /// The daemon (`lcm serve`): where it listens, who may call it, and its request limits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Its `Debug` output never shows a token.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// The address to listen on (`IP:PORT`). Anything but a loopback address requires a bearer
@@ -479,6 +480,23 @@ pub struct ServerConfig {
     /// Scoped tokens: token -> session key prefix. A tenant token sees and appends only the
     /// sessions whose key starts with its prefix, and creates only such sessions.
     pub tenants: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Configurations get logged; secrets must not be.
+        f.debug_struct("ServerConfig")
+            .field("bind", &self.bind)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("request_timeout_s", &self.request_timeout_s)
+            .field("shutdown_grace_s", &self.shutdown_grace_s)
+            .field(
+                "tenant_prefixes",
+                &self.tenants.values().collect::<Vec<_>>(),
+            )
+            .finish()
+    }
 }
 
 /// Shortest token accepted in `[server]` (a guessable token is no protection).
@@ -554,6 +572,22 @@ fn check_token(what: &str, token: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_output_never_shows_a_token() {
+        let mut config = Config::default();
+        config.server.token = Some("admin-secret-0123456789".into());
+        config
+            .server
+            .tenants
+            .insert("tenant-secret-0123456789".into(), "team-a/".into());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(
+            shown.contains("<redacted>") && shown.contains("team-a/"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn empty_text_gives_defaults() {
