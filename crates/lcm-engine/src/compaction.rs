@@ -101,6 +101,17 @@ pub struct CompactionReport {
     pub reached_goal: bool,
 }
 
+impl CompactionReport {
+    /// Summaries written at escalation levels 1, 2 and 3 (a level outside 1..=3 counts as 3).
+    pub fn summaries_by_level(&self) -> [u32; 3] {
+        let mut by_level = [0u32; 3];
+        for pass in &self.passes {
+            by_level[usize::from(pass.level.clamp(1, 3)) - 1] += 1;
+        }
+        by_level
+    }
+}
+
 /// Why a compaction could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum CompactionError {

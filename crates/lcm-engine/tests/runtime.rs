@@ -113,8 +113,13 @@ async fn between_soft_and_hard_compaction_runs_in_the_background() {
         loop {
             match events.recv().await {
                 Ok(RuntimeEvent::CompactionFinished {
-                    session, passes, ..
+                    session,
+                    passes,
+                    summaries_by_level,
+                    ..
                 }) if session == s.id() => {
+                    // Every pass wrote one summary at some escalation level.
+                    assert_eq!(summaries_by_level.iter().sum::<u32>() as usize, passes);
                     return passes;
                 }
                 Ok(_) => {}

@@ -29,6 +29,9 @@ pub enum RuntimeEvent {
         tokens_after: u64,
         provider_calls: u32,
         attempts: u32,
+        /// Summaries written at each escalation level: `[normal, aggressive, deterministic
+        /// truncation]` (paper section 2.1, levels 1 to 3).
+        summaries_by_level: [u32; 3],
     },
     /// A compaction failed after its attempts; the context is unchanged since the last applied
     /// pass (every pass is atomic).

@@ -377,6 +377,7 @@ async fn compaction_done(
                 tokens_after: report.tokens_after,
                 provider_calls: report.provider_calls,
                 attempts: outcome.attempts,
+                summaries_by_level: report.summaries_by_level(),
             });
             !report.passes.is_empty()
         }
