@@ -9,6 +9,7 @@ mod dag_commands;
 mod demo;
 mod doctor;
 mod map_commands;
+mod mcp;
 mod output;
 mod serve;
 mod tool_commands;
@@ -75,6 +76,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Map jobs (llm_map): run one prompt over every item of a JSONL file; status, cancel, resume.
     Map(map_commands::MapArgs),
+    /// Serve the tools to an MCP client over stdin/stdout (see docs/MCP.md) until stdin closes.
+    Mcp(mcp::McpArgs),
 }
 
 /// Output format of `--format`-style choices shared by commands.
@@ -137,6 +140,7 @@ pub fn execute(cli: Cli) -> Result<()> {
         Command::Tools(args) => tool_commands::tools_cmd(args),
         Command::Serve(args) => serve::serve(&ctx, args),
         Command::Map(args) => map_commands::map_cmd(&ctx, args),
+        Command::Mcp(args) => mcp::mcp(&ctx, args),
     }
 }
 

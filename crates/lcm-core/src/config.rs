@@ -33,6 +33,7 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub map: MapConfig,
     pub server: ServerConfig,
+    pub proxy: ProxyConfig,
 }
 
 impl Config {
@@ -73,6 +74,7 @@ impl Config {
         self.runtime.validate()?;
         self.map.validate()?;
         self.server.validate()?;
+        self.proxy.validate()?;
         if s.index_writer_memory_mb < 15 {
             return Err(ConfigError::Invalid(format!(
                 "search.index_writer_memory_mb must be at least 15 (tantivy's minimum), got {}",
@@ -559,6 +561,84 @@ impl ServerConfig {
     }
 }
 
+/// The OpenAI- and Anthropic-compatible proxy of the daemon (`POST /v1/chat/completions`,
+/// `POST /v1/messages`): where it forwards requests, how much context it sends, and the lcm tools
+/// it adds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// Base URL of the OpenAI-compatible upstream; `/chat/completions` is appended.
+    pub openai_base_url: String,
+    /// Base URL of the Anthropic-compatible upstream; `/messages` is appended.
+    pub anthropic_base_url: String,
+    /// Most tokens of a request sent upstream (the whole JSON body: system prompt, tools, the
+    /// assembled context, tool rounds), counted with the configured tokenizer. The
+    /// `x-lcm-budget` header sets it for one request.
+    pub context_budget_tokens: u64,
+    /// Add `lcm_grep`, `lcm_describe` and `lcm_expand_query` to the tools of requests that let
+    /// the model choose its tools, and run the calls the model makes to them.
+    pub inject_tools: bool,
+    /// Rounds of lcm tool calls the proxy runs for one client request before it asks the model
+    /// for an answer without tools.
+    pub max_tool_rounds: u32,
+    /// Longest wait for the upstream, in seconds: for the head of its answer, then between two
+    /// chunks of its body.
+    pub timeout_s: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            openai_base_url: "https://api.openai.com/v1".to_owned(),
+            anthropic_base_url: "https://api.anthropic.com/v1".to_owned(),
+            context_budget_tokens: 100_000,
+            inject_tools: true,
+            max_tool_rounds: 4,
+            timeout_s: 600,
+        }
+    }
+}
+
+/// Smallest `proxy.context_budget_tokens` (and `x-lcm-budget`) accepted.
+pub const MIN_PROXY_BUDGET_TOKENS: u64 = 1024;
+
+impl ProxyConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (name, url) in [
+            ("proxy.openai_base_url", &self.openai_base_url),
+            ("proxy.anthropic_base_url", &self.anthropic_base_url),
+        ] {
+            let url = url.trim();
+            let rest = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"));
+            if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be an http:// or https:// URL with a host, got {url:?}"
+                )));
+            }
+        }
+        if self.context_budget_tokens < MIN_PROXY_BUDGET_TOKENS {
+            return Err(ConfigError::Invalid(format!(
+                "proxy.context_budget_tokens must be at least {MIN_PROXY_BUDGET_TOKENS}, got {}",
+                self.context_budget_tokens
+            )));
+        }
+        if !(1..=32).contains(&self.max_tool_rounds) {
+            return Err(ConfigError::Invalid(format!(
+                "proxy.max_tool_rounds must be between 1 and 32, got {}",
+                self.max_tool_rounds
+            )));
+        }
+        if self.timeout_s == 0 {
+            return Err(ConfigError::Invalid(
+                "proxy.timeout_s must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A bearer token is at least [`MIN_SERVER_TOKEN_LEN`] visible ASCII characters.
 fn check_token(what: &str, token: &str) -> Result<(), ConfigError> {
     if token.len() < MIN_SERVER_TOKEN_LEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
@@ -642,5 +722,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.server.tenants.len(), 1);
+    }
+
+    #[test]
+    fn proxy_options_are_checked() {
+        let cases = [
+            (
+                "[proxy]\nopenai_base_url = \"api.openai.com\"\n",
+                "proxy.openai_base_url",
+            ),
+            (
+                "[proxy]\nanthropic_base_url = \"http://\"\n",
+                "proxy.anthropic_base_url",
+            ),
+            (
+                "[proxy]\ncontext_budget_tokens = 100\n",
+                "proxy.context_budget_tokens",
+            ),
+            ("[proxy]\nmax_tool_rounds = 0\n", "proxy.max_tool_rounds"),
+            ("[proxy]\ntimeout_s = 0\n", "proxy.timeout_s"),
+        ];
+        for (text, expected) in cases {
+            let err = Config::from_toml(text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+        let ok = Config::from_toml(
+            "[proxy]\nopenai_base_url = \"http://127.0.0.1:8080/v1\"\ncontext_budget_tokens = 8000\n",
+        )
+        .unwrap();
+        assert_eq!(ok.proxy.context_budget_tokens, 8000);
+        assert!(ok.proxy.inject_tools);
     }
 }

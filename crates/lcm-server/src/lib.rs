@@ -25,6 +25,10 @@
 //!   tokens reach only the sessions whose key starts with their prefix; bodies are limited
 //!   (`server.max_body_bytes`); map paths stay inside `map.allowed_roots` (the runtime checks).
 //! - Errors are JSON, `{"error": kind, "message": text}`, with a status saying whose fault it is.
+//! - Proxy: `POST /v1/chat/completions` and `POST /v1/messages` speak the OpenAI and Anthropic
+//!   APIs: each request's new messages are stored, the message list is replaced by lcm's context
+//!   for `proxy.context_budget_tokens`, the lcm tools are offered and run, and the request goes
+//!   on to the configured upstream with the client's own key (`docs/SERVER.md`, "Proxy").
 //! - Shutdown: stop accepting, let in-flight requests finish (`server.shutdown_grace_s`), end
 //!   event streams, then shut the runtime down.
 //!
@@ -38,6 +42,7 @@ mod events;
 mod handlers;
 mod messages;
 mod metrics;
+mod proxy;
 mod routes;
 mod state;
 
@@ -53,6 +58,7 @@ use tokio::sync::{broadcast, watch};
 pub use auth::{Principal, TokenError, TokenSource};
 pub use error::ApiError;
 pub use handlers::OPENAPI;
+pub use proxy::{BUDGET_HEADER, SESSION_HEADER, TOKEN_HEADER};
 pub use routes::{Access, ROUTES, Route, find as find_route};
 
 use auth::{Auth, resolve_admin_token};

@@ -2,7 +2,8 @@
 //!
 //! Two sources: what the server counts itself (HTTP requests by route, method and status, a
 //! latency histogram per route, and the runtime's events: compactions started / finished /
-//! failed, actor failures, map jobs finished), and what is read at scrape time (the store's
+//! failed, actor failures, map jobs finished; the proxy's upstream requests, upstream errors,
+//! lcm tool calls and stored messages), and what is read at scrape time (the store's
 //! totals, the supervisor's live sessions and restarts, the compactor's queue, map items by
 //! status).
 
@@ -57,6 +58,19 @@ pub(crate) struct Metrics {
     actor_restarts: AtomicU64,
     map_jobs_finished: AtomicU64,
     events_missed: AtomicU64,
+    proxy: Mutex<Proxy>,
+    proxy_stored: AtomicU64,
+}
+
+/// What the proxy counts.
+#[derive(Default)]
+struct Proxy {
+    /// shape -> requests sent upstream.
+    upstream_calls: BTreeMap<&'static str, u64>,
+    /// (shape, kind: 4xx, 5xx, other, timeout, transport) -> failed upstream requests.
+    upstream_errors: BTreeMap<(&'static str, &'static str), u64>,
+    /// lcm tool -> calls the proxy ran for the model.
+    tool_calls: BTreeMap<String, u64>,
 }
 
 /// What is read from the runtime at scrape time (each part optional: a scrape still answers
@@ -95,6 +109,34 @@ impl Metrics {
             _ => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn proxy(&self) -> std::sync::MutexGuard<'_, Proxy> {
+        self.proxy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts one request the proxy sent upstream.
+    pub(crate) fn record_upstream_call(&self, shape: &'static str) {
+        *self.proxy().upstream_calls.entry(shape).or_default() += 1;
+    }
+
+    /// Counts one failed upstream request (`kind`: 4xx, 5xx, other, timeout, transport).
+    pub(crate) fn record_upstream_error(&self, shape: &'static str, kind: &'static str) {
+        *self
+            .proxy()
+            .upstream_errors
+            .entry((shape, kind))
+            .or_default() += 1;
+    }
+
+    /// Counts one lcm tool call the proxy ran for the model.
+    pub(crate) fn record_proxy_tool_call(&self, tool: &str) {
+        *self.proxy().tool_calls.entry(tool.to_owned()).or_default() += 1;
+    }
+
+    /// Counts messages the proxy stored.
+    pub(crate) fn record_proxy_stored(&self, messages: u64) {
+        self.proxy_stored.fetch_add(messages, Ordering::Relaxed);
     }
 
     /// Counts events the server's subscription missed (it lagged behind the runtime).
@@ -240,8 +282,56 @@ impl Metrics {
                 let _ = writeln!(out, "lcm_map_jobs{{status=\"{status}\"}} {n}");
             }
         }
+        self.render_proxy(&mut out);
         self.render_http(&mut out);
         out
+    }
+
+    fn render_proxy(&self, out: &mut String) {
+        counter(
+            out,
+            "lcm_proxy_messages_stored_total",
+            "Messages the proxy stored (new client messages and upstream answers).",
+            self.proxy_stored.load(Ordering::Relaxed),
+        );
+        let proxy = self.proxy();
+        header(
+            out,
+            "lcm_proxy_upstream_requests_total",
+            "Requests the proxy sent upstream, by API shape.",
+            "counter",
+        );
+        for (shape, n) in &proxy.upstream_calls {
+            let _ = writeln!(
+                out,
+                "lcm_proxy_upstream_requests_total{{shape=\"{shape}\"}} {n}"
+            );
+        }
+        header(
+            out,
+            "lcm_proxy_upstream_errors_total",
+            "Upstream requests that failed (an error status, a timeout, a transport error), by API shape and kind.",
+            "counter",
+        );
+        for ((shape, kind), n) in &proxy.upstream_errors {
+            let _ = writeln!(
+                out,
+                "lcm_proxy_upstream_errors_total{{shape=\"{shape}\",kind=\"{kind}\"}} {n}"
+            );
+        }
+        header(
+            out,
+            "lcm_proxy_tool_calls_total",
+            "lcm tool calls the proxy ran for the model, by tool.",
+            "counter",
+        );
+        for (tool, n) in &proxy.tool_calls {
+            let _ = writeln!(
+                out,
+                "lcm_proxy_tool_calls_total{{tool=\"{}\"}} {n}",
+                escape(tool)
+            );
+        }
     }
 
     fn render_http(&self, out: &mut String) {

@@ -20,6 +20,7 @@ use futures_util::FutureExt;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::handlers;
+use crate::proxy;
 use crate::state::AppState;
 
 /// Who may call a route.
@@ -194,7 +195,35 @@ pub const ROUTES: &[Route] = &[
         "Run the store's integrity check (and the safe repairs with ?repair=true).",
         || post(handlers::integrity),
     ),
+    // The proxy: bounded by proxy.timeout_s per upstream wait rather than by the request
+    // timeout (an answer may stream for long).
+    Route {
+        streaming: true,
+        ..route(
+            "POST",
+            "/v1/chat/completions",
+            Authenticated,
+            "OpenAI-compatible proxy: store the new messages, send lcm's context upstream.",
+            || post(proxy::openai_chat),
+        )
+    },
+    Route {
+        streaming: true,
+        ..route(
+            "POST",
+            "/v1/messages",
+            Authenticated,
+            "Anthropic-compatible proxy: store the new messages, send lcm's context upstream.",
+            || post(proxy::anthropic_messages),
+        )
+    },
 ];
+
+/// Routes whose `Authorization` header may carry the upstream's key, lcm's own token then
+/// coming in `x-lcm-token`.
+fn upstream_credentials(route: &Route) -> bool {
+    matches!(route.path, "/v1/chat/completions" | "/v1/messages")
+}
 
 /// The route serving `method` on the matched `path`, if any.
 pub fn find(method: &str, path: &str) -> Option<&'static Route> {
@@ -253,13 +282,27 @@ async fn middleware(State(state): State<AppState>, mut req: Request, next: Next)
     let route = matched.as_deref().and_then(|path| find(&method, path));
     let label = matched.clone().unwrap_or_else(|| "unmatched".to_owned());
     let access = route.map_or(Access::Authenticated, |r| r.access);
+    // On the proxy routes, lcm's token may come in `x-lcm-token` (Authorization then carries
+    // the upstream's key).
+    let lcm_token = route
+        .filter(|r| upstream_credentials(r))
+        .and_then(|_| req.headers().get(proxy::TOKEN_HEADER))
+        .map(|token| {
+            let mut headers = axum::http::HeaderMap::new();
+            let value = format!("Bearer {}", token.to_str().unwrap_or_default());
+            if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+                headers.insert(axum::http::header::AUTHORIZATION, value);
+            }
+            headers
+        });
+    let credentials = lcm_token.as_ref().unwrap_or(req.headers());
     let principal = match access {
         Access::Public => Ok(Principal::Public),
-        Access::Authenticated => state.inner.auth.authenticate(req.headers()),
+        Access::Authenticated => state.inner.auth.authenticate(credentials),
         Access::Admin => state
             .inner
             .auth
-            .authenticate(req.headers())
+            .authenticate(credentials)
             .and_then(|p| p.require_admin().map(|()| p)),
     };
     let response = match principal {

@@ -30,6 +30,8 @@ pub(crate) struct Inner {
     pub config: Arc<Config>,
     pub auth: Auth,
     pub metrics: Metrics,
+    /// The proxy's upstream HTTP clients.
+    pub upstream: crate::proxy::Upstream,
     /// `true` once shutdown began: event streams end, readiness fails.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -44,6 +46,7 @@ impl AppState {
                 config,
                 auth,
                 metrics: Metrics::default(),
+                upstream: crate::proxy::Upstream::new(),
                 shutdown,
             }),
         }

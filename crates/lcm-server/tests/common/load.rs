@@ -151,11 +151,11 @@ async fn one_client(
             .push(format!("{key}: creating the session: {e}"));
         return report;
     }
-    let every = if shape.assemblies == 0 {
-        usize::MAX
-    } else {
-        (shape.appends / shape.assemblies).max(1)
-    };
+    // An assembly after every `every` appends (none when no assembly is asked for).
+    let every = shape
+        .appends
+        .checked_div(shape.assemblies)
+        .map_or(usize::MAX, |n| n.max(1));
     let mut assembled = 0;
     for turn in 0..shape.appends {
         let role = if turn % 2 == 0 { "user" } else { "assistant" };
