@@ -2,7 +2,8 @@
 //!
 //! Two sources: what the server counts itself (HTTP requests by route, method and status, a
 //! latency histogram per route, and the runtime's events: compactions started / finished /
-//! failed, actor failures, map jobs finished; the proxy's upstream requests, upstream errors,
+//! failed, summaries written by escalation level, context tokens before and after compactions,
+//! actor failures, map jobs finished; the proxy's upstream requests, upstream errors,
 //! lcm tool calls and stored messages), and what is read at scrape time (the store's
 //! totals, the supervisor's live sessions and restarts, the compactor's queue, map items by
 //! status).
@@ -57,6 +58,11 @@ pub(crate) struct Metrics {
     actor_failures: AtomicU64,
     actor_restarts: AtomicU64,
     map_jobs_finished: AtomicU64,
+    /// Summaries written by compactions at escalation levels 1, 2 and 3.
+    summaries_by_level: [AtomicU64; 3],
+    /// Context tokens before and after each finished compaction, summed.
+    compaction_tokens_before: AtomicU64,
+    compaction_tokens_after: AtomicU64,
     events_missed: AtomicU64,
     proxy: Mutex<Proxy>,
     proxy_stored: AtomicU64,
@@ -99,6 +105,21 @@ impl Metrics {
 
     /// Counts one runtime event.
     pub(crate) fn record_event(&self, event: &RuntimeEvent) {
+        if let RuntimeEvent::CompactionFinished {
+            summaries_by_level,
+            tokens_before,
+            tokens_after,
+            ..
+        } = event
+        {
+            for (counter, n) in self.summaries_by_level.iter().zip(summaries_by_level) {
+                counter.fetch_add(u64::from(*n), Ordering::Relaxed);
+            }
+            self.compaction_tokens_before
+                .fetch_add(*tokens_before, Ordering::Relaxed);
+            self.compaction_tokens_after
+                .fetch_add(*tokens_after, Ordering::Relaxed);
+        }
         let counter = match event {
             RuntimeEvent::CompactionStarted { .. } => &self.compactions_started,
             RuntimeEvent::CompactionFinished { .. } => &self.compactions_finished,
@@ -228,6 +249,32 @@ impl Metrics {
             "lcm_compactions_failed_total",
             "Compactions failed after their attempts.",
             load(&self.compactions_failed),
+        );
+        header(
+            &mut out,
+            "lcm_summaries_written_total",
+            "Summaries compactions wrote, by escalation level (1 normal, 2 aggressive, 3 deterministic truncation).",
+            "counter",
+        );
+        for (level, n) in self.summaries_by_level.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "lcm_summaries_written_total{{level=\"{}\"}} {}",
+                level + 1,
+                load(n)
+            );
+        }
+        counter(
+            &mut out,
+            "lcm_compaction_context_tokens_before_total",
+            "Context tokens when finished compactions started, summed (compare with _after_total).",
+            load(&self.compaction_tokens_before),
+        );
+        counter(
+            &mut out,
+            "lcm_compaction_context_tokens_after_total",
+            "Context tokens after finished compactions, summed.",
+            load(&self.compaction_tokens_after),
         );
         counter(
             &mut out,

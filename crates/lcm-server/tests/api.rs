@@ -264,6 +264,16 @@ async fn compaction_is_counted_and_the_context_stays_in_budget() {
     assert!(value("lcm_compactions_started_total") >= 1);
     assert!(value("lcm_compactions_finished_total") >= 1);
     assert_eq!(value("lcm_compactions_failed_total"), 0);
+    // The extractive summariser writes at level 1 (or 3 when a summary would not shrink).
+    let written: u64 = (1..=3)
+        .map(|level| value(&format!("lcm_summaries_written_total{{level=\"{level}\"}}")))
+        .sum();
+    assert!(written >= 1, "{text}");
+    assert!(
+        value("lcm_compaction_context_tokens_after_total")
+            < value("lcm_compaction_context_tokens_before_total"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
