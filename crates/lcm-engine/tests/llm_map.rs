@@ -352,10 +352,12 @@ async fn rate_limits_server_errors_and_timeouts_are_retried() {
             (3, _) => ScriptedReply::status(500),
             (4, 1) => ScriptedReply::delayed(Duration::from_secs(3), ok),
             (5, 1) => ScriptedReply::status(400),
+            // A body that is not a Chat Completions answer at all.
+            (6, 1) => ScriptedReply::garbage("<html>502 Bad Gateway</html>"),
             _ => ok,
         }
     }));
-    let input = write_items(&f.root, "items.jsonl", 7);
+    let input = write_items(&f.root, "items.jsonl", 8);
     let mut request = MapRequest::llm(&input, "Upper-case the word.", schema());
     request.timeout = Some(Duration::from_millis(500));
     // No HTTP retries: every retry here is the map's own.
@@ -383,6 +385,7 @@ async fn rate_limits_server_errors_and_timeouts_are_retried() {
             (false, 3),    // 500 always: failed after max_attempts
             (true, 1 + 1), // timed out once
             (false, 1),    // 400: permanent, not retried
+            (true, 1 + 1), // garbage body once
             (true, 1),
         ]
     );
