@@ -244,7 +244,11 @@ impl AssembledContext {
                                 blocks.push(json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}));
                             }
                             other => {
-                                if let Some(text) = part_as_text(other) {
+                                // The API refuses whitespace-only text blocks (transcripts
+                                // have them, e.g. Claude Code's "\n\n" between blocks).
+                                if let Some(text) = part_as_text(other)
+                                    && !text.trim().is_empty()
+                                {
                                     blocks.push(json!({"type": "text", "text": text}));
                                 }
                             }

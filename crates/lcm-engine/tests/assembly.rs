@@ -177,6 +177,44 @@ fn raw_context_renders_paired_tools_in_both_shapes() {
 }
 
 #[test]
+fn whitespace_only_text_never_becomes_an_anthropic_text_block() {
+    let store = store();
+    let s = store.create_session("ws", None).unwrap();
+    for m in [
+        msg(Role::User, vec![text("hello")], 1),
+        msg(Role::Assistant, vec![text("\n\n"), text("Hi there.")], 2),
+        msg(Role::Assistant, vec![text("  \n")], 3),
+        msg(Role::User, vec![text("next")], 4),
+    ] {
+        store.append(s, m).unwrap();
+    }
+    let ctx = assemble(&store, s).unwrap();
+    let body = ctx.to_anthropic(None);
+    let blocks: Vec<&Value> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap())
+        .collect();
+    assert!(
+        blocks
+            .iter()
+            .all(|b| b["type"] != "text" || !b["text"].as_str().unwrap().trim().is_empty()),
+        "{body}"
+    );
+    let texts: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
+    assert_eq!(texts, ["hello", "Hi there.", "next"]);
+    // Roles still alternate (user, assistant, user).
+    let roles: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+}
+
+#[test]
 fn summaries_come_first_with_an_engine_written_header_and_rendering_is_deterministic() {
     let store = store();
     let (s, ids) = conversation(&store);
