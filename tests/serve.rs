@@ -94,6 +94,14 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
     }
 }
 
+/// SIGTERM, then: the exit status is success (else the test fails with the rest of stderr).
+fn stop_cleanly(child: &mut Child, mut stderr: impl BufRead) {
+    let status = terminate(child);
+    let mut rest = String::new();
+    let _ = stderr.read_to_string(&mut rest);
+    assert!(status.success(), "lcm serve exited with {status}: {rest}");
+}
+
 #[test]
 fn serve_answers_and_stops_cleanly_on_sigterm() {
     let tmp = tempfile::tempdir().unwrap();
@@ -155,7 +163,7 @@ fn serve_beyond_loopback_prints_a_token_once_and_requires_it() {
     assert_eq!(http(addr, "GET", "/v1/sessions", None, "").0, 401);
     assert_eq!(http(addr, "GET", "/v1/sessions", Some(token), "").0, 200);
     assert_eq!(http(addr, "GET", "/healthz", None, "").0, 200);
-    assert!(terminate(&mut child).success());
+    stop_cleanly(&mut child, stderr);
 
     // The next start uses the kept token and does not print it again.
     let mut child = spawn(&data, "0.0.0.0:0");
@@ -163,5 +171,18 @@ fn serve_beyond_loopback_prints_a_token_once_and_requires_it() {
     let (before, addr) = wait_listening(&mut stderr);
     assert!(!before.join("").contains(token), "{before:?}");
     assert_eq!(http(addr, "GET", "/v1/sessions", Some(token), "").0, 200);
-    assert!(terminate(&mut child).success());
+    stop_cleanly(&mut child, stderr);
+}
+
+#[test]
+fn sigterm_right_after_the_listening_line_is_a_graceful_stop() {
+    // The handlers are installed before the line is printed: a signal at once must not kill the
+    // process with the default action (exit by signal, not success).
+    for _ in 0..5 {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = spawn(&tmp.path().join("data"), "127.0.0.1:0");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        wait_listening(&mut stderr);
+        stop_cleanly(&mut child, stderr);
+    }
 }

@@ -51,11 +51,13 @@ async fn run(app: &App, args: &McpArgs) -> Result<()> {
         Some(key) => format!("session `{key}`"),
         None => "no working session".to_owned(),
     };
+    // Before saying it serves: from then on SIGTERM / SIGINT stop it gracefully.
+    let stop = shutdown_signal();
     eprintln!(
         "lcm mcp: serving MCP on stdin/stdout (data: {}, {working}); closing stdin stops it",
         app.data_dir.display(),
     );
-    let stopped = lcm_mcp::serve_stdio(runtime, &options, shutdown_signal()).await?;
+    let stopped = lcm_mcp::serve_stdio(runtime, &options, stop).await?;
     let why = match stopped {
         Stopped::Closed => "the client closed the connection",
         _ => "signal",

@@ -47,6 +47,8 @@ async fn run(app: &App, args: &ServeArgs) -> Result<()> {
         }
     };
     drop(runtime);
+    // Before saying it listens: from then on SIGTERM / SIGINT stop it gracefully.
+    let stop = shutdown_signal();
     let addr = server.local_addr();
     match (server.token_source(), server.token()) {
         (TokenSource::Generated(path), Some(token)) => {
@@ -70,7 +72,7 @@ async fn run(app: &App, args: &ServeArgs) -> Result<()> {
         "lcm serve: listening on http://{addr} (data: {}); SIGTERM or Ctrl-C stops it",
         app.data_dir.display()
     );
-    server.run(shutdown_signal()).await?;
+    server.run(stop).await?;
     eprintln!("lcm serve: stopped");
     Ok(())
 }

@@ -262,27 +262,37 @@ async fn count_events(state: AppState, mut events: broadcast::Receiver<RuntimeEv
     }
 }
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C); on other platforms, on Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            // No signal handling: never complete from here.
-            std::future::pending::<()>().await;
-        }
-    };
+/// A future that completes on SIGTERM or SIGINT (Ctrl-C); on other platforms, on Ctrl-C. On
+/// Unix the handlers are installed when this is called (inside a tokio runtime), so call it
+/// before announcing that the server listens.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    () = ctrl_c => {}
-                    _ = term.recv() => {}
+        // Registered now, not when the future is first polled: a signal arriving right after
+        // the caller announced it is listening must stop it gracefully, not kill it.
+        let term = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        async move {
+            match (term, interrupt) {
+                (Ok(mut term), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
                 }
+                (Ok(mut only), Err(_)) | (Err(_), Ok(mut only)) => {
+                    only.recv().await;
+                }
+                // No signal handling: never complete from here.
+                (Err(_), Err(_)) => std::future::pending::<()>().await,
             }
-            Err(_) => ctrl_c.await,
         }
     }
     #[cfg(not(unix))]
-    ctrl_c.await;
+    async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
