@@ -235,6 +235,49 @@ fn ingest(c: &mut Criterion) {
     group.finish();
 }
 
+/// The message texts of the four real Claude Code sessions (as import counts them), if present.
+fn real_message_texts() -> Option<Vec<String>> {
+    use lcm::core::formats::{Format, LineContext, LineOutcome, parse_line};
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/transcripts/claude-code");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "jsonl")
+                && p.file_stem().is_some_and(|s| s.len() == 36)
+        })
+        .collect();
+    files.sort();
+    let mut texts = Vec::new();
+    for file in &files {
+        let raw = std::fs::read_to_string(file).ok()?;
+        for (n, line) in raw.lines().enumerate() {
+            let ctx = LineContext {
+                line: n as u64 + 1,
+                default_session_key: "bench",
+            };
+            if let Ok(LineOutcome::Messages(parsed)) =
+                parse_line(Format::ClaudeCode, line.as_bytes(), &ctx)
+            {
+                for m in parsed {
+                    texts.extend(
+                        m.message
+                            .parts
+                            .iter()
+                            .filter_map(|p| p.searchable_text().map(|t| t.into_owned())),
+                    );
+                }
+            }
+        }
+    }
+    (!texts.is_empty()).then_some(texts)
+}
+
+/// Token counting: lcm's counter (`count_text`: exact pre-tokenizer and piece cache in front of
+/// tiktoken-rs) beside tiktoken-rs's own `encode_ordinary` on the same input, which it must equal.
+/// The piece cache is process-wide, so criterion's repeated iterations run warm; the first pass
+/// over each input (cold for cl100k_base, which nothing else in the run uses) goes to stderr.
 fn tokens(c: &mut Criterion) {
     let f = fixture();
     let mut text = String::new();
@@ -246,16 +289,50 @@ fn tokens(c: &mut Criterion) {
         text.push('\n');
         k += 1;
     }
+    let mut inputs = vec![("1MiB", vec![text])];
+    match real_message_texts() {
+        Some(texts) => inputs.push(("claude_code_4_sessions", texts)),
+        None => eprintln!("SKIPPED token counting on real transcripts: ../shared/data is absent"),
+    }
     let mut group = c.benchmark_group("tokens");
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(5));
-    group.throughput(Throughput::Bytes(text.len() as u64));
-    for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
-        let counter = TokenCounter::new(encoding);
-        group.bench_function(format!("count_1MiB/{}", encoding.as_str()), |b| {
-            b.iter(|| counter.count_text(std::hint::black_box(&text)))
-        });
+    for (name, texts) in &inputs {
+        let bytes: usize = texts.iter().map(String::len).sum();
+        group.throughput(Throughput::Bytes(bytes as u64));
+        for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            let counter = TokenCounter::new(encoding);
+            let t = Instant::now();
+            let fast: usize = texts.iter().map(|t| counter.count_text(t)).sum();
+            let first = t.elapsed();
+            let t = Instant::now();
+            let exact: usize = texts.iter().map(|t| counter.reference_count(t)).sum();
+            let reference = t.elapsed();
+            assert_eq!(fast, exact, "{name} {}", encoding.as_str());
+            eprintln!(
+                "tokens/{name}/{}: {exact} tokens; first pass {:.1} MB/s, tiktoken-rs {:.1} MB/s",
+                encoding.as_str(),
+                bytes as f64 / first.as_secs_f64() / 1e6,
+                bytes as f64 / reference.as_secs_f64() / 1e6,
+            );
+            group.bench_function(format!("count_{name}/{}", encoding.as_str()), |b| {
+                b.iter(|| {
+                    std::hint::black_box(texts)
+                        .iter()
+                        .map(|t| counter.count_text(t))
+                        .sum::<usize>()
+                })
+            });
+            group.bench_function(format!("tiktoken_rs_{name}/{}", encoding.as_str()), |b| {
+                b.iter(|| {
+                    std::hint::black_box(texts)
+                        .iter()
+                        .map(|t| counter.reference_count(t))
+                        .sum::<usize>()
+                })
+            });
+        }
     }
     group.finish();
 }
