@@ -121,7 +121,9 @@ fn map_jobs_survive_sigkill_exactly_once() {
         .unwrap();
     let server = tokio.block_on(ScriptedServer::start());
     server.set_default(answers());
-    server.set_latency(Duration::from_millis(3));
+    // Slow enough that the job outlasts the first kills (2,000 items x 15 ms / 16 at once, about
+    // 1.9 s of answers) on a fast, idle machine too; kills land 150-1,050 ms into each run.
+    server.set_latency(Duration::from_millis(15));
     let exe = std::env::current_exe().unwrap();
     for seed in [11u64, 23, 57] {
         let tmp = tempfile::tempdir().unwrap();
@@ -140,7 +142,7 @@ fn map_jobs_survive_sigkill_exactly_once() {
                 .env(DIR_ENV, dir)
                 .env(URL_ENV, server.url())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::null())
+                .stderr(Stdio::piped())
                 .spawn()
                 .unwrap();
             // Kill at a random moment for the first few runs, then let it finish.
@@ -160,7 +162,11 @@ fn map_jobs_survive_sigkill_exactly_once() {
             }
             let out = child.wait_with_output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success(), "child failed: {stdout}");
+            assert!(
+                out.status.success(),
+                "child failed: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             assert!(stdout.contains("DONE 2000 0"), "{stdout}");
             finished = true;
             break;
