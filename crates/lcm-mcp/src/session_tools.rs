@@ -19,11 +19,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lcm_core::formats::lcm::parse_line;
-use lcm_core::formats::{LineContext, LineOutcome, ParseError};
+use lcm_core::formats::lcm::parse_live_message;
 use lcm_core::ids::SessionId;
 use lcm_core::message::{NewMessage, SessionInfo};
-use lcm_core::time::Timestamp;
 use lcm_engine::runtime::{Runtime, RuntimeError, SessionHandle};
 use lcm_engine::tools::{Tool, ToolContext, ToolDefinition, ToolError, ToolFormat, ToolRegistry};
 use lcm_store::StoreError;
@@ -365,33 +363,10 @@ fn session_param(working_session: bool, what: &str, required: &str) -> (String, 
     }
 }
 
-/// One `lcm_append` message, parsed by the lcm format's own parser (so the rules and the error
-/// messages are the importer's), with the MCP defaults: no `key`, no source key (the message is
-/// stored again if sent again); no `created_at`, now.
+/// One `lcm_append` message: the lcm format's live-message rules (no `key`: no source key, so
+/// the message is stored again if sent again; no `created_at`: now).
 fn parse_message(item: &Value) -> Result<NewMessage, String> {
-    let text = item.to_string();
-    let ctx = LineContext {
-        line: 1,
-        default_session_key: "mcp",
-    };
-    let outcome = parse_line(text.as_bytes(), &ctx).map_err(|e| match e {
-        ParseError::InvalidUtf8 { byte_offset, .. } => {
-            format!("invalid UTF-8 at byte {byte_offset}")
-        }
-        ParseError::MalformedJson { detail, .. } => format!("malformed JSON: {detail}"),
-        ParseError::InvalidEntry { detail, .. } => detail,
-    })?;
-    let mut message = match outcome {
-        LineOutcome::Messages(mut found) if found.len() == 1 => found.remove(0).message,
-        _ => return Err("not a message".into()),
-    };
-    if item.get("key").is_none_or(Value::is_null) {
-        message.source_key = None;
-    }
-    if item.get("created_at").is_none_or(Value::is_null) {
-        message.created_at = Timestamp::now();
-    }
-    Ok(message)
+    parse_live_message(&item.to_string(), "mcp")
 }
 
 /// The handle of the session this server works in (the caller's session).
@@ -469,6 +444,7 @@ fn usize_arg(args: &Value, name: &str, default: u64) -> usize {
 mod tests {
     use super::*;
     use lcm_core::message::{Part, Role};
+    use lcm_core::time::Timestamp;
 
     #[test]
     fn messages_parse_with_the_mcp_defaults() {

@@ -14,10 +14,8 @@
 //! retries safe); `created_at` defaults to now; `session`, if given, must name the session of
 //! the URL. Each message's JSON text is kept verbatim as its original.
 
-use lcm_core::formats::lcm::parse_line;
-use lcm_core::formats::{LineContext, LineOutcome, ParseError};
+use lcm_core::formats::lcm::parse_live_message;
 use lcm_core::message::{NewMessage, SessionInfo};
-use lcm_core::time::Timestamp;
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -34,13 +32,9 @@ struct Batch<'a> {
     messages: Vec<&'a RawValue>,
 }
 
-/// The fields whose absence the API treats differently from the importer.
+/// The session a message names, checked against the URL's.
 #[derive(Deserialize)]
 struct Probe {
-    #[serde(default)]
-    key: Option<Value>,
-    #[serde(default)]
-    created_at: Option<Value>,
     #[serde(default)]
     session: Option<Value>,
 }
@@ -111,21 +105,7 @@ fn is_batch_object(text: &str) -> Result<bool, ApiError> {
 }
 
 fn parse_one(text: &str, session: &SessionInfo) -> Result<NewMessage, String> {
-    let ctx = LineContext {
-        line: 1,
-        default_session_key: &session.key,
-    };
-    let outcome = parse_line(text.as_bytes(), &ctx).map_err(|e| match e {
-        ParseError::InvalidUtf8 { byte_offset, .. } => {
-            format!("invalid UTF-8 at byte {byte_offset}")
-        }
-        ParseError::MalformedJson { detail, .. } => format!("malformed JSON: {detail}"),
-        ParseError::InvalidEntry { detail, .. } => detail,
-    })?;
-    let mut message = match outcome {
-        LineOutcome::Messages(mut found) if found.len() == 1 => found.remove(0).message,
-        _ => return Err("not a message".into()),
-    };
+    let message = parse_live_message(text, &session.key)?;
     let probe: Probe = serde_json::from_str(text).map_err(|e| e.to_string())?;
     if let Some(given) = probe.session.filter(|v| !v.is_null()) {
         let named = given.as_str().unwrap_or_default();
@@ -136,12 +116,6 @@ fn parse_one(text: &str, session: &SessionInfo) -> Result<NewMessage, String> {
             ));
         }
     }
-    if probe.key.is_none_or(|v| v.is_null()) {
-        message.source_key = None;
-    }
-    if probe.created_at.is_none_or(|v| v.is_null()) {
-        message.created_at = Timestamp::now();
-    }
     Ok(message)
 }
 
@@ -150,6 +124,7 @@ mod tests {
     use super::*;
     use lcm_core::ids::SessionId;
     use lcm_core::message::{Part, Role};
+    use lcm_core::time::Timestamp;
 
     fn session() -> SessionInfo {
         SessionInfo {

@@ -65,6 +65,45 @@ struct EntryOut<'a> {
 /// The fields of [`Entry`], for error messages.
 const FIELDS: [&str; 6] = ["session", "role", "created_at", "key", "parts", "content"];
 
+/// Parses one message in lcm's format sent live (the HTTP API, MCP) rather than imported: the
+/// importer's rules and error messages, except that a message without `key` gets no source key
+/// (sent twice, it is stored twice) and one without `created_at` is dated now.
+/// `default_session_key` is the session a message without `session` belongs to.
+pub fn parse_live_message(text: &str, default_session_key: &str) -> Result<NewMessage, String> {
+    /// The fields whose absence is treated differently from the importer (null counts as
+    /// absent).
+    #[derive(Deserialize)]
+    struct Given {
+        #[serde(default)]
+        key: Option<Value>,
+        #[serde(default)]
+        created_at: Option<Value>,
+    }
+    let ctx = LineContext {
+        line: 1,
+        default_session_key,
+    };
+    let outcome = parse_line(text.as_bytes(), &ctx).map_err(|e| match e {
+        ParseError::InvalidUtf8 { byte_offset, .. } => {
+            format!("invalid UTF-8 at byte {byte_offset}")
+        }
+        ParseError::MalformedJson { detail, .. } => format!("malformed JSON: {detail}"),
+        ParseError::InvalidEntry { detail, .. } => detail,
+    })?;
+    let mut message = match outcome {
+        LineOutcome::Messages(mut found) if found.len() == 1 => found.remove(0).message,
+        _ => return Err("not a message".into()),
+    };
+    let given: Given = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if given.key.is_none() {
+        message.source_key = None;
+    }
+    if given.created_at.is_none() {
+        message.created_at = Timestamp::now();
+    }
+    Ok(message)
+}
+
 /// Parses one line of lcm's JSONL format.
 pub fn parse_line(bytes: &[u8], ctx: &LineContext<'_>) -> Result<LineOutcome, ParseError> {
     let line = ctx.line;
