@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
-use super::map_pool::MapPoolMsg;
+use super::map_pool::{self, MapPoolMsg};
 use super::shared::{Shared, join_blocking};
 use super::supervision::{ActorKind, Heartbeat};
 use crate::agent::{AgentLimits, AgentStop, AgentTools, run_agent, turn_to_message};
@@ -562,45 +562,26 @@ impl Delegator for RuntimeDelegator {
             lcm_store::MapKind::Agentic => "agentic_map",
         };
         let shared = &self.shared;
-        let deadline = std::time::Instant::now() + shared.call_timeout();
-        let pool = shared
-            .services
-            .map_pool
-            .wait(ActorKind::MapWorkerPool, shared, deadline)
-            .await
-            .map_err(|e| ToolError::failed(tool, e))?;
         let request = Box::new(request);
         let caller = Box::new(caller.clone());
-        // A job runs as long as its items take: neither call is bounded by the call timeout.
-        let started = match pool
-            .call(
-                move |reply| MapPoolMsg::Start {
-                    request,
-                    caller,
-                    reply,
-                },
-                None,
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(result)) => result,
-            _ => return Err(ToolError::failed(tool, "the map worker pool stopped")),
-        };
-        let job = started.map_err(|e| map_refusal(tool, e))?;
-        match pool
-            .call(move |reply| MapPoolMsg::Wait { job: job.id, reply }, None)
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(result)) => {
-                result.map_err(|e| ToolError::failed(tool, e))
-            }
-            _ => Err(ToolError::failed(
+        let job = map_pool::call(shared, move |reply| MapPoolMsg::Start {
+            request,
+            caller,
+            reply,
+        })
+        .await
+        .map_err(|e| ToolError::failed(tool, e))?
+        .map_err(|e| map_refusal(tool, e))?;
+        match map_pool::call(shared, move |reply| MapPoolMsg::Wait { job: job.id, reply }).await {
+            Ok(summary) => summary.map_err(|e| ToolError::failed(tool, e)),
+            Err(RuntimeError::Unavailable { .. }) => Err(ToolError::failed(
                 tool,
                 format!(
                     "the map worker pool stopped while {} ran; the job stays in the store: `lcm map resume {}` runs it again",
                     job.id, job.id
                 ),
             )),
+            Err(e) => Err(ToolError::failed(tool, e)),
         }
     }
 

@@ -389,6 +389,27 @@ impl Actor for MapWorkerPool {
     }
 }
 
+/// Sends one RPC to the current map pool (waiting, within the call timeout, for one to be up).
+/// The answer itself is not bounded by the call timeout: map jobs run long.
+pub(crate) async fn call<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    build: impl FnOnce(RpcReplyPort<T>) -> MapPoolMsg,
+) -> Result<T, RuntimeError> {
+    let deadline = Instant::now() + shared.call_timeout();
+    let pool = shared
+        .services
+        .map_pool
+        .wait(ActorKind::MapWorkerPool, shared, deadline)
+        .await?;
+    match pool.call(build, None).await {
+        Ok(ractor::rpc::CallResult::Success(value)) => Ok(value),
+        _ => Err(RuntimeError::Unavailable {
+            kind: ActorKind::MapWorkerPool,
+            detail: "it stopped".into(),
+        }),
+    }
+}
+
 /// What a waiter of `job` is told when its run ended with `end`.
 fn answer(job: JobId, end: &JobEnd, draining: bool) -> Result<MapSummary, RuntimeError> {
     match end {

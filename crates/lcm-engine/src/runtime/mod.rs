@@ -379,18 +379,7 @@ impl Runtime {
         &self,
         build: impl FnOnce(ractor::RpcReplyPort<T>) -> map_pool::MapPoolMsg,
     ) -> Result<T, RuntimeError> {
-        let shared = &self.inner.shared;
-        let deadline = Instant::now() + shared.call_timeout();
-        let pool = shared
-            .services
-            .map_pool
-            .wait(ActorKind::MapWorkerPool, shared, deadline)
-            .await?;
-        // Map jobs run long: waiting for one is not bounded by the call timeout.
-        match pool.call(build, None).await {
-            Ok(ractor::rpc::CallResult::Success(value)) => Ok(value),
-            _ => Err(gone(ActorKind::MapWorkerPool)),
-        }
+        map_pool::call(&self.inner.shared, build).await
     }
 
     /// Calls the tool `name` with JSON `args` as a main agent outside any session: searches
