@@ -728,13 +728,18 @@ async fn the_provider_refusing_the_key_stops_the_run_and_keeps_the_job() {
 #[tokio::test]
 async fn a_job_resumes_after_a_crash_without_rerunning_finished_items() {
     let f = fixture();
+    // The resumed run talks to a second server: a request the crashed run had already sent may
+    // reach the first server after the crash, so only the second one counts what resuming asks.
     let server = ScriptedServer::start().await;
-    server.set_default(ScriptedReply::from_fn(|request| match item_of(request) {
-        Some(item) => {
-            ScriptedReply::delayed(Duration::from_millis(60), ScriptedReply::ok(answer(&item)))
-        }
-        None => ScriptedReply::status(400),
-    }));
+    let after_crash = ScriptedServer::start().await;
+    for s in [&server, &after_crash] {
+        s.set_default(ScriptedReply::from_fn(|request| match item_of(request) {
+            Some(item) => {
+                ScriptedReply::delayed(Duration::from_millis(60), ScriptedReply::ok(answer(&item)))
+            }
+            None => ScriptedReply::status(400),
+        }));
+    }
     let n = 24;
     let input = write_items(&f.root, "items.jsonl", n);
     let config = config(&f.root);
@@ -807,7 +812,6 @@ async fn a_job_resumes_after_a_crash_without_rerunning_finished_items() {
     let resumed = store.resume_all().unwrap();
     assert_eq!(resumed.len(), 1);
     assert_eq!(resumed[0], (job, before.running as usize));
-    let requests_before_resume = requests_per_item(&server);
 
     let config = MapConfig {
         allowed_roots: vec![root.clone()],
@@ -815,7 +819,7 @@ async fn a_job_resumes_after_a_crash_without_rerunning_finished_items() {
     };
     let runner = MapRunner::for_llm_map(
         Arc::clone(&store),
-        provider(&server, 0),
+        provider(&after_crash, 0),
         job,
         RunnerOptions::from_config(&config),
     )
@@ -835,23 +839,28 @@ async fn a_job_resumes_after_a_crash_without_rerunning_finished_items() {
         assert_eq!(line["index"], json!(i));
         assert_eq!(line["result"], json!({"id": i, "upper": format!("W{i}")}));
     }
-    let per_item = requests_per_item(&server);
-    for index in &finished_before {
-        assert_eq!(
-            per_item[index].len(),
-            1,
-            "item {index} was finished before the crash and must not be requested again"
-        );
-    }
+    let before_crash = requests_per_item(&server);
+    let after = requests_per_item(&after_crash);
     for index in 0..n {
-        if !finished_before.contains(&index) {
-            // At most one request before the crash (in flight) and one after.
-            let before = requests_before_resume.get(&index).map_or(0, Vec::len);
-            assert!(
-                before <= 1,
-                "item {index}: {before} requests before the crash"
+        let asked_after = after.get(&index).map_or(0, Vec::len);
+        if finished_before.contains(&index) {
+            assert_eq!(
+                before_crash[&index].len(),
+                1,
+                "item {index} was answered once before the crash"
             );
-            assert_eq!(per_item[&index].len(), before + 1, "item {index}");
+            assert_eq!(
+                asked_after, 0,
+                "item {index} was finished before the crash and must not be requested again"
+            );
+        } else {
+            // At most one request before the crash (in flight) and exactly one after.
+            let asked_before = before_crash.get(&index).map_or(0, Vec::len);
+            assert!(
+                asked_before <= 1,
+                "item {index}: {asked_before} requests before the crash"
+            );
+            assert_eq!(asked_after, 1, "item {index}");
         }
     }
 }
