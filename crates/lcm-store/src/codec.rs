@@ -26,6 +26,31 @@ pub fn encode<T: bincode::Encode>(record: &T) -> Vec<u8> {
     out
 }
 
+/// Encodes the fields of a record that come after `head` (its first fields), without the version
+/// byte: the expensive part of a record, which can be encoded before the head is known (a message's
+/// parts before its sequence number is assigned inside the write transaction). `size_hint` is
+/// the expected length, to allocate once.
+pub fn encode_tail<T: bincode::Encode>(fields: &T, size_hint: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(size_hint);
+    if let Err(e) = bincode::encode_into_std_write(fields, &mut out, CONFIG) {
+        unreachable!("encoding a record into memory failed: {e}");
+    }
+    out
+}
+
+/// A record made of its first fields `head` and the rest already encoded by [`encode_tail`]:
+/// byte for byte what [`encode`] writes for the whole record, since bincode writes a struct's
+/// fields one after another with nothing between them.
+pub fn encode_with_tail<H: bincode::Encode>(head: &H, tail: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + 20 + tail.len());
+    out.push(SCHEMA_VERSION);
+    if let Err(e) = bincode::encode_into_std_write(head, &mut out, CONFIG) {
+        unreachable!("encoding a record into memory failed: {e}");
+    }
+    out.extend_from_slice(tail);
+    out
+}
+
 /// Decodes a record written by [`encode`].
 pub fn decode<T: bincode::Decode<()>>(table: &'static str, bytes: &[u8]) -> Result<T> {
     let body = body(table, bytes)?;

@@ -27,7 +27,7 @@ use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, Te
 use tantivy::schema::{
     Field, INDEXED, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::tokenizer::{LowerCaser, NgramTokenizer, TextAnalyzer};
+use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{
     DocId, Index, IndexReader, IndexWriter, ReloadPolicy, SegmentReader, TantivyDocument, Term,
 };
@@ -36,6 +36,7 @@ use crate::error::{Result, StoreError};
 use crate::grep::Scope;
 use crate::store::Store;
 use crate::trigram::TrigramQuery;
+use crate::trigram_tokens::DistinctTrigramTokenizer;
 
 const TRIGRAM_TOKENIZER: &str = "lcm_trigram";
 const WORDS_TOKENIZER: &str = "en_stem";
@@ -88,12 +89,10 @@ fn schema() -> (Schema, Fields) {
     )
 }
 
-fn register_tokenizers(index: &Index) -> Result<()> {
-    let trigram = TextAnalyzer::builder(NgramTokenizer::new(3, 3, false)?)
-        .filter(LowerCaser)
-        .build();
+fn register_tokenizers(index: &Index) {
+    // Each distinct lowercased trigram once: the terms of n-grams (3, 3) then a lowercaser.
+    let trigram = TextAnalyzer::from(DistinctTrigramTokenizer::default());
     index.tokenizers().register(TRIGRAM_TOKENIZER, trigram);
-    Ok(())
 }
 
 /// The payload written with every commit: format version and watermark.
@@ -181,7 +180,7 @@ impl SearchIndex {
         store: &Store,
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
-        register_tokenizers(&index)?;
+        register_tokenizers(&index);
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -259,6 +258,20 @@ impl SearchIndex {
         }
         self.reader.reload()?;
         Ok(done)
+    }
+
+    /// Closes the index writer after its background segment merges finish, so that the files
+    /// in the index directory stop changing (before copying or backing it up). The next
+    /// [`catch_up`](Self::catch_up) opens a new writer.
+    pub fn finish_merges(&self) -> Result<()> {
+        let mut guard = self
+            .writer
+            .lock()
+            .map_err(|_| StoreError::InvalidQuery("index writer poisoned by a panic".into()))?;
+        if let Some(writer) = guard.take() {
+            writer.wait_merging_threads()?;
+        }
+        Ok(())
     }
 
     /// Drops everything and indexes the whole store again.
@@ -478,5 +491,46 @@ impl SegmentCollector for MessageIdSegmentCollector {
 
     fn harvest(self) -> Vec<u64> {
         self.ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grep::{GrepMode, GrepRequest, grep};
+    use crate::store::StoreOptions;
+    use lcm_core::message::{NewMessage, Role};
+    use lcm_core::tokens::{Encoding, TokenCounter};
+
+    #[test]
+    fn indexing_goes_on_after_the_writer_finished_its_merges() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            counter: TokenCounter::new(Encoding::O200kBase),
+        };
+        let store = Store::open(dir.path().join("lcm.redb"), options).unwrap();
+        let config = SearchConfig::default();
+        let index = SearchIndex::open(dir.path().join("index"), &store, &config).unwrap();
+        let session = store.create_session("s", None).unwrap();
+        let request = |pattern: &str| GrepRequest {
+            pattern: pattern.into(),
+            mode: GrepMode::Regex,
+            scope: Scope::default(),
+            limit: Some(10),
+            cursor: None,
+        };
+        for (round, word) in ["alphaword", "betaword"].into_iter().enumerate() {
+            store
+                .append(session, NewMessage::text(Role::User, format!("say {word}")))
+                .unwrap();
+            assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 1);
+            index.finish_merges().unwrap();
+            // Finishing twice, or with no writer open, is fine.
+            index.finish_merges().unwrap();
+            assert_eq!(index.watermark().0, round as u64 + 1);
+            let page = grep(&store, &index, &config, &request(word)).unwrap();
+            assert_eq!(page.hits.len(), 1, "{word}");
+        }
+        assert_eq!(index.num_docs(), 2);
     }
 }

@@ -28,6 +28,7 @@ pub mod map_jobs;
 pub mod store;
 pub mod tables;
 pub mod trigram;
+pub mod trigram_tokens;
 mod view;
 
 pub use dag::ApplyOutcome;

@@ -17,7 +17,9 @@ use lcm_core::ids::{MessageId, SessionId};
 use lcm_core::message::{Message, NewMessage, Original, Part, Role, SessionInfo, SourceFormat};
 use lcm_core::time::Timestamp;
 use lcm_core::tokens::TokenCounter;
-use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle,
+};
 
 use crate::codec::{self, SCHEMA_VERSION};
 use crate::error::{Result, StoreError};
@@ -39,6 +41,20 @@ pub(crate) struct MessageRecord {
     /// one have no stored original: theirs is rendered from the parts in lcm's own format, so
     /// their text is not stored twice.
     pub has_original: bool,
+}
+
+/// The fields of a [`MessageRecord`] after `session` and `seq`, in the same order, borrowed: what
+/// an append encodes before its transaction assigns the sequence number
+/// ([`codec::encode_with_tail`] adds the two in front).
+#[derive(bincode::Encode)]
+struct MessageRecordTail<'a> {
+    role: Role,
+    created_at: Timestamp,
+    token_count: u32,
+    source: SourceFormat,
+    parts: &'a [Part],
+    source_key: Option<&'a str>,
+    has_original: bool,
 }
 
 impl MessageRecord {
@@ -157,11 +173,10 @@ impl PreparedAppend {
 #[derive(Debug)]
 struct Prepared {
     session: u64,
-    role: Role,
     created_at: Timestamp,
     token_count: u32,
-    source: SourceFormat,
-    parts: Vec<Part>,
+    /// The record's fields after `session` and `seq`, encoded ([`MessageRecordTail`]).
+    record_tail: Vec<u8>,
     original: Option<Vec<u8>>,
     source_key: Option<String>,
 }
@@ -181,6 +196,15 @@ impl Store {
     }
 
     fn init(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<Store> {
+        // Opening an initialised store reads only: a write transaction would cost an fsync on
+        // every open.
+        if Self::initialised(&db)? {
+            return Ok(Store {
+                db,
+                counter: options.counter,
+                path,
+            });
+        }
         let txn = db.begin_write()?;
         {
             let mut meta_table = txn.open_table(tables::META)?;
@@ -216,6 +240,43 @@ impl Store {
             counter: options.counter,
             path,
         })
+    }
+
+    /// Whether the store has a schema version this build reads and every table [`Self::init`]
+    /// creates. A newer schema is refused here, before anything is written.
+    fn initialised(db: &Database) -> Result<bool> {
+        let txn = db.begin_read()?;
+        let version = match txn.open_table(tables::META) {
+            Ok(meta_table) => meta_table.get(meta::SCHEMA_VERSION)?.map(|v| v.value()),
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(version) = version else {
+            return Ok(false);
+        };
+        if version > u64::from(SCHEMA_VERSION) {
+            return Err(StoreError::NewerSchema {
+                found: u32::try_from(version).unwrap_or(u32::MAX),
+                supported: u32::from(SCHEMA_VERSION),
+            });
+        }
+        let existing: Vec<String> = txn.list_tables()?.map(|t| t.name().to_owned()).collect();
+        let required = [
+            tables::SESSIONS.name(),
+            tables::SESSION_KEYS.name(),
+            tables::MESSAGES.name(),
+            tables::ORIGINALS.name(),
+            tables::SESSION_MESSAGES.name(),
+            tables::SOURCE_KEYS.name(),
+            tables::SUMMARIES.name(),
+            tables::SUMMARY_SOURCES.name(),
+            tables::COVERED_BY.name(),
+            tables::SESSION_SUMMARIES.name(),
+            tables::CONTEXT.name(),
+        ];
+        Ok(required
+            .iter()
+            .all(|name| existing.iter().any(|e| e == name)))
     }
 
     /// The file the store lives in (`None` in memory).
@@ -396,18 +457,8 @@ impl Store {
                 session.first_message_at.get_or_insert(p.created_at);
                 session.last_message_at = Some(p.created_at);
 
-                let record = MessageRecord {
-                    session: p.session,
-                    seq,
-                    role: p.role,
-                    created_at: p.created_at,
-                    token_count: p.token_count,
-                    source: p.source,
-                    parts: p.parts,
-                    source_key: p.source_key.clone(),
-                    has_original: p.original.is_some(),
-                };
-                records.insert(id, codec::encode(&record).as_slice())?;
+                let record = codec::encode_with_tail(&(p.session, seq), &p.record_tail);
+                records.insert(id, record.as_slice())?;
                 if let Some(original) = &p.original {
                     originals.insert(id, original.as_slice())?;
                 }
@@ -434,8 +485,8 @@ impl Store {
             .collect())
     }
 
-    /// Counts tokens and renders originals before the write lock is taken. Large batches are
-    /// counted on every core: tokenising is the most expensive part of ingest.
+    /// Counts tokens and encodes records before the write lock is taken. Large batches are
+    /// prepared on every core: tokenising and encoding are most of the cost of ingest.
     fn prepare(&self, messages: Vec<(SessionId, NewMessage)>) -> Vec<Prepared> {
         let counter = self.counter;
         let prepare_one = move |(session, m): (SessionId, NewMessage)| -> Prepared {
@@ -444,13 +495,24 @@ impl Store {
                 Some(Original { format, bytes }) => (format, Some(bytes)),
                 None => (SourceFormat::Lcm, None),
             };
+            let size_hint = 64 + m.parts.iter().map(encoded_len_hint).sum::<usize>();
+            let record_tail = codec::encode_tail(
+                &MessageRecordTail {
+                    role: m.role,
+                    created_at: m.created_at,
+                    token_count,
+                    source,
+                    parts: &m.parts,
+                    source_key: m.source_key.as_deref(),
+                    has_original: original.is_some(),
+                },
+                size_hint,
+            );
             Prepared {
                 session: session.0,
-                role: m.role,
                 created_at: m.created_at,
                 token_count,
-                source,
-                parts: m.parts,
+                record_tail,
                 original,
                 source_key: m.source_key,
             }
@@ -765,6 +827,26 @@ impl StoreReader {
     }
 }
 
+/// About the bincode length of a part (its strings, plus a few bytes of lengths and tags).
+fn encoded_len_hint(part: &Part) -> usize {
+    8 + match part {
+        Part::Text { text } | Part::Reasoning { text } => text.len(),
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+        } => id.len() + name.len() + arguments.len() + 8,
+        Part::ToolResult {
+            call_id, content, ..
+        } => call_id.len() + content.len() + 4,
+        Part::File { path, mime_type } => {
+            path.len() + mime_type.as_ref().map_or(0, String::len) + 4
+        }
+        Part::Binary { media_type, .. } => media_type.len() + 10,
+        Part::Opaque { kind, json } => kind.len() + json.len() + 4,
+    }
+}
+
 pub(crate) fn next_counter(meta_table: &mut redb::Table<&str, u64>, key: &str) -> Result<u64> {
     let next = meta_table.get(key)?.map_or(0, |v| v.value());
     meta_table.insert(key, next + 1)?;
@@ -801,4 +883,137 @@ fn validate_message(m: &NewMessage) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Appends encode a record in two halves (the tail before the transaction, session and
+    /// sequence number inside it); the result must be what decoding a whole record expects.
+    #[test]
+    fn a_record_encoded_in_two_halves_equals_the_whole() {
+        let parts = vec![
+            Part::Text {
+                text: "héllo".into(),
+            },
+            Part::Reasoning { text: "why".into() },
+            Part::ToolCall {
+                id: "t1".into(),
+                name: "Bash".into(),
+                arguments: r#"{"command":"ls"}"#.into(),
+            },
+            Part::ToolResult {
+                call_id: "t1".into(),
+                content: "ok".into(),
+                is_error: true,
+            },
+            Part::File {
+                path: "/a".into(),
+                mime_type: Some("text/plain".into()),
+            },
+            Part::Binary {
+                media_type: "image/png".into(),
+                byte_len: 1 << 40,
+            },
+            Part::Opaque {
+                kind: "x".into(),
+                json: "{}".into(),
+            },
+        ];
+        for (session, seq, source_key, has_original) in [
+            (0u64, 0u64, None, false),
+            (7, 300, Some("line:12"), true),
+            (u64::MAX, u64::MAX - 1, Some(""), false),
+        ] {
+            let whole = MessageRecord {
+                session,
+                seq,
+                role: Role::Tool,
+                created_at: Timestamp(-5),
+                token_count: 70_000,
+                source: SourceFormat::ClaudeCode,
+                parts: parts.clone(),
+                source_key: source_key.map(str::to_owned),
+                has_original,
+            };
+            let tail = codec::encode_tail(
+                &MessageRecordTail {
+                    role: whole.role,
+                    created_at: whole.created_at,
+                    token_count: whole.token_count,
+                    source: whole.source,
+                    parts: &whole.parts,
+                    source_key,
+                    has_original,
+                },
+                0,
+            );
+            let halves = codec::encode_with_tail(&(session, seq), &tail);
+            assert_eq!(halves, codec::encode(&whole));
+            let back: MessageRecord = codec::decode("messages", &halves).unwrap();
+            assert_eq!(back.seq, seq);
+            assert_eq!(back.parts, parts);
+            assert_eq!(back.source_key.as_deref(), source_key);
+        }
+    }
+
+    fn options() -> StoreOptions {
+        StoreOptions {
+            counter: TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        }
+    }
+
+    #[test]
+    fn a_reopened_store_reads_what_was_written_and_appends_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lcm.redb");
+        let (session, id) = {
+            let store = Store::open(&path, options()).unwrap();
+            let session = store.create_session("s", None).unwrap();
+            let id = store
+                .append(session, NewMessage::text(Role::User, "hello"))
+                .unwrap()
+                .id;
+            (session, id)
+        };
+        let store = Store::open(&path, options()).unwrap();
+        assert_eq!(store.message(id).unwrap().search_text(), "hello");
+        let next = store
+            .append(session, NewMessage::text(Role::Assistant, "again"))
+            .unwrap();
+        assert_eq!(next.id.0, id.0 + 1);
+        assert_eq!(store.session(session).unwrap().message_count, 2);
+    }
+
+    #[test]
+    fn a_store_of_a_newer_schema_is_refused_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lcm.redb");
+        drop(Store::open(&path, options()).unwrap());
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(tables::META)
+                .unwrap()
+                .insert(meta::SCHEMA_VERSION, u64::from(SCHEMA_VERSION) + 1)
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let err = Store::open(&path, options()).expect_err("refused");
+        assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
+        let db = Database::create(&path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let version = txn
+            .open_table(tables::META)
+            .unwrap()
+            .get(meta::SCHEMA_VERSION)
+            .unwrap()
+            .map(|v| v.value());
+        assert_eq!(
+            version,
+            Some(u64::from(SCHEMA_VERSION) + 1),
+            "left as it was"
+        );
+    }
 }
