@@ -235,13 +235,15 @@ fn ingest(c: &mut Criterion) {
     group.finish();
 }
 
-/// The message texts of the four real Claude Code sessions (as import counts them), if present.
-fn real_message_texts() -> Option<Vec<String>> {
-    use lcm::core::formats::{Format, LineContext, LineOutcome, parse_line};
+/// The four real Claude Code sessions of ../shared/data (their files are named by a 36-character
+/// session id), sorted; or the folder, if it cannot be read.
+fn claude_code_sessions() -> Result<Vec<PathBuf>, PathBuf> {
     let dir =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/transcripts/claude-code");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .ok()?
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Err(dir);
+    };
+    let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             p.extension().is_some_and(|e| e == "jsonl")
@@ -249,6 +251,13 @@ fn real_message_texts() -> Option<Vec<String>> {
         })
         .collect();
     files.sort();
+    Ok(files)
+}
+
+/// The message texts of the four real Claude Code sessions (as import counts them), if present.
+fn real_message_texts() -> Option<Vec<String>> {
+    use lcm::core::formats::{Format, LineContext, LineOutcome, parse_line};
+    let files = claude_code_sessions().ok()?;
     let mut texts = Vec::new();
     for file in &files {
         let raw = std::fs::read_to_string(file).ok()?;
@@ -338,20 +347,13 @@ fn tokens(c: &mut Criterion) {
 }
 
 fn import(c: &mut Criterion) {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/transcripts/claude-code");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("SKIPPED import benchmark: {} is absent", dir.display());
-        return;
+    let files = match claude_code_sessions() {
+        Ok(files) => files,
+        Err(dir) => {
+            eprintln!("SKIPPED import benchmark: {} is absent", dir.display());
+            return;
+        }
     };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "jsonl")
-                && p.file_stem().is_some_and(|s| s.len() == 36)
-        })
-        .collect();
-    files.sort();
     let bytes: u64 = files.iter().map(|p| walk_size(p)).sum();
     let mut group = c.benchmark_group("import");
     group

@@ -19,11 +19,16 @@ const CONFIG: Configuration = standard();
 pub fn encode<T: bincode::Encode>(record: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.push(SCHEMA_VERSION);
+    write_fields(record, &mut out);
+    out
+}
+
+/// Appends `value` in bincode to `out`.
+fn write_fields<T: bincode::Encode>(value: &T, out: &mut Vec<u8>) {
     // Encoding into a Vec cannot fail for our derived types (no I/O, no size limit).
-    if let Err(e) = bincode::encode_into_std_write(record, &mut out, CONFIG) {
+    if let Err(e) = bincode::encode_into_std_write(value, out, CONFIG) {
         unreachable!("encoding a record into memory failed: {e}");
     }
-    out
 }
 
 /// Encodes the fields of a record that come after `head` (its first fields), without the version
@@ -32,9 +37,7 @@ pub fn encode<T: bincode::Encode>(record: &T) -> Vec<u8> {
 /// the expected length, to allocate once.
 pub fn encode_tail<T: bincode::Encode>(fields: &T, size_hint: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(size_hint);
-    if let Err(e) = bincode::encode_into_std_write(fields, &mut out, CONFIG) {
-        unreachable!("encoding a record into memory failed: {e}");
-    }
+    write_fields(fields, &mut out);
     out
 }
 
@@ -44,9 +47,7 @@ pub fn encode_tail<T: bincode::Encode>(fields: &T, size_hint: usize) -> Vec<u8> 
 pub fn encode_with_tail<H: bincode::Encode>(head: &H, tail: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + 20 + tail.len());
     out.push(SCHEMA_VERSION);
-    if let Err(e) = bincode::encode_into_std_write(head, &mut out, CONFIG) {
-        unreachable!("encoding a record into memory failed: {e}");
-    }
+    write_fields(head, &mut out);
     out.extend_from_slice(tail);
     out
 }

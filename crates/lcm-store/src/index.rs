@@ -207,26 +207,35 @@ impl SearchIndex {
         MessageId(self.watermark.load(std::sync::atomic::Ordering::Acquire))
     }
 
+    /// The slot of the index writer (opened on first use, closed by `finish_merges`).
+    fn lock_writer(&self) -> Result<std::sync::MutexGuard<'_, Option<IndexWriter>>> {
+        self.writer
+            .lock()
+            .map_err(|_| StoreError::InvalidQuery("index writer poisoned by a panic".into()))
+    }
+
+    /// The writer in `slot`, opened with the configured memory budget if there is none.
+    fn open_writer<'g>(&self, slot: &'g mut Option<IndexWriter>) -> Result<&'g mut IndexWriter> {
+        let writer = match slot.take() {
+            Some(writer) => writer,
+            None => self
+                .index
+                .writer(self.config.index_writer_memory_mb * 1024 * 1024)?,
+        };
+        Ok(slot.insert(writer))
+    }
+
     /// Indexes every message appended since the watermark, committing every
     /// `config.index_batch` messages. `progress` is called with (indexed so far, total to index).
     /// Returns how many messages were indexed.
     pub fn catch_up(&self, store: &Store, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
-        let mut guard = self
-            .writer
-            .lock()
-            .map_err(|_| StoreError::InvalidQuery("index writer poisoned by a panic".into()))?;
+        let mut guard = self.lock_writer()?;
         let start = self.watermark().0;
         let end = store.next_message_id()?.0;
         if start >= end {
             return Ok(0);
         }
-        if guard.is_none() {
-            let bytes = self.config.index_writer_memory_mb * 1024 * 1024;
-            *guard = Some(self.index.writer(bytes)?);
-        }
-        let Some(writer) = guard.as_mut() else {
-            unreachable!("writer created above");
-        };
+        let writer = self.open_writer(&mut guard)?;
         let total = end - start;
         let batch = self.config.index_batch as u64;
         let mut done = 0;
@@ -264,10 +273,7 @@ impl SearchIndex {
     /// in the index directory stop changing (before copying or backing it up). The next
     /// [`catch_up`](Self::catch_up) opens a new writer.
     pub fn finish_merges(&self) -> Result<()> {
-        let mut guard = self
-            .writer
-            .lock()
-            .map_err(|_| StoreError::InvalidQuery("index writer poisoned by a panic".into()))?;
+        let mut guard = self.lock_writer()?;
         if let Some(writer) = guard.take() {
             writer.wait_merging_threads()?;
         }
@@ -277,17 +283,8 @@ impl SearchIndex {
     /// Drops everything and indexes the whole store again.
     pub fn rebuild(&self, store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
         {
-            let mut guard = self
-                .writer
-                .lock()
-                .map_err(|_| StoreError::InvalidQuery("index writer poisoned by a panic".into()))?;
-            if guard.is_none() {
-                let bytes = self.config.index_writer_memory_mb * 1024 * 1024;
-                *guard = Some(self.index.writer(bytes)?);
-            }
-            let Some(writer) = guard.as_mut() else {
-                unreachable!("writer created above");
-            };
+            let mut guard = self.lock_writer()?;
+            let writer = self.open_writer(&mut guard)?;
             writer.delete_all_documents()?;
             let mut commit = writer.prepare_commit()?;
             commit.set_payload(&payload(0));
