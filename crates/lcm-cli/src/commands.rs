@@ -163,7 +163,7 @@ pub fn resolve_session(data: &DataDir, given: &str) -> Result<SessionId> {
 }
 
 pub fn grep(app: &App, args: &GrepArgs) -> Result<()> {
-    let data = app.open()?;
+    let data = app.open_read_only()?;
     let session = args
         .session
         .as_deref()
@@ -215,7 +215,7 @@ pub struct ShowArgs {
 
 pub fn show(app: &App, args: &ShowArgs) -> Result<()> {
     let id: AnyId = args.id.parse()?;
-    let data = app.open()?;
+    let data = app.open_read_only()?;
     match id {
         AnyId::Message(id) => {
             if args.original {
@@ -295,7 +295,7 @@ fn print_part(part: &Part) {
 }
 
 pub fn sessions(app: &App) -> Result<()> {
-    let data = app.open()?;
+    let data = app.open_read_only()?;
     let sessions = data.store.sessions()?;
     if app.json {
         return print_json(&sessions);
@@ -316,7 +316,7 @@ pub fn sessions(app: &App) -> Result<()> {
 }
 
 pub fn stats(app: &App) -> Result<()> {
-    let data = app.open()?;
+    let data = app.open_read_only()?;
     let stats = data.store.stats()?;
     let docs = data.index.num_docs();
     if app.json {

@@ -152,7 +152,7 @@ pub fn context_cmd(app: &App, args: &ContextArgs) -> Result<()> {
 }
 
 pub fn dag_cmd(app: &App, args: &SessionArg) -> Result<()> {
-    let data = app.open()?;
+    let data = app.open_read_only()?;
     let session = resolve_session(&data, &args.session)?;
     let ctx = assemble(&data.store, session)?;
     if app.json {
@@ -203,7 +203,7 @@ fn print_tree(data: &DataDir, s: &Summary, indent: usize) -> Result<()> {
 
 pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
     let id: AnyId = args.id.parse()?;
-    let data = app.open()?;
+    let data = app.open_read_only()?;
     match id {
         AnyId::Summary(id) => {
             let s = data.store.summary(id)?;

@@ -47,7 +47,7 @@ impl Encoding {
         }
     }
 
-    fn bpe(self) -> &'static CoreBPE {
+    pub(crate) fn bpe(self) -> &'static CoreBPE {
         match self {
             Encoding::O200kBase => tiktoken_rs::o200k_base_singleton(),
             Encoding::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
@@ -75,7 +75,6 @@ const CHUNK_BYTES: usize = 16 * 1024;
 #[derive(Clone, Copy)]
 pub struct TokenCounter {
     encoding: Encoding,
-    bpe: &'static CoreBPE,
     fast: Option<fast::Pattern>,
 }
 
@@ -88,13 +87,19 @@ impl std::fmt::Debug for TokenCounter {
 }
 
 impl TokenCounter {
-    /// A counter for `encoding` (loads its table on first use in the process).
+    /// A counter for `encoding`. Cheap: the encoding's table (about 150 ms to load) is loaded
+    /// at the first count that needs it, once per process, so a process that only reads (`lcm
+    /// grep`) never loads it.
     pub fn new(encoding: Encoding) -> Self {
         TokenCounter {
             encoding,
-            bpe: encoding.bpe(),
             fast: encoding.fast_pattern(),
         }
+    }
+
+    /// The encoding's tiktoken-rs table, loaded on first use.
+    fn bpe(&self) -> &'static CoreBPE {
+        self.encoding.bpe()
     }
 
     pub fn encoding(&self) -> Encoding {
@@ -112,13 +117,13 @@ impl TokenCounter {
     /// which may over-count by a token per cut.
     pub fn count_text(&self, text: &str) -> usize {
         if let Some(pattern) = self.fast {
-            return fast::count(pattern, self.bpe, text);
+            return fast::count(pattern, self.encoding, text);
         }
         if text.len() <= MAX_RUN_WITHOUT_SPACE {
-            return self.bpe.encode_ordinary(text).len();
+            return self.bpe().encode_ordinary(text).len();
         }
         split_for_counting(text)
-            .map(|piece| self.bpe.encode_ordinary(piece).len())
+            .map(|piece| self.bpe().encode_ordinary(piece).len())
             .sum()
     }
 
@@ -127,7 +132,7 @@ impl TokenCounter {
     /// tiktoken-rs on pathological input (a run of about a million spaces): for tests and
     /// benchmarks, not for ingest.
     pub fn reference_count(&self, text: &str) -> usize {
-        self.bpe.encode_ordinary(text).len()
+        self.bpe().encode_ordinary(text).len()
     }
 
     /// Tokens a message with these parts costs in a model's context.
@@ -236,7 +241,7 @@ mod tests {
         let text =
             "The quick brown fox, id msg_1042, jumps over 3 lazy dogs.\n  Then: `cargo test`! "
                 .repeat(2_000);
-        let direct = counter.bpe.encode_ordinary(&text).len();
+        let direct = counter.bpe().encode_ordinary(&text).len();
         assert_eq!(counter.count_text(&text), direct);
     }
 
@@ -423,7 +428,7 @@ mod tests {
         fn counting_in_pieces_matches_counting_whole(words in proptest::collection::vec("[A-Za-z0-9_.,:é!?]{1,12}", 0..3000)) {
             let counter = TokenCounter::new(Encoding::P50kBase);
             let text = words.join(" ");
-            prop_assert_eq!(counter.count_text(&text), counter.bpe.encode_ordinary(&text).len());
+            prop_assert_eq!(counter.count_text(&text), counter.bpe().encode_ordinary(&text).len());
         }
     }
 }

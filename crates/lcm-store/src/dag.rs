@@ -9,7 +9,7 @@
 use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::summary::{ContextState, NewSummary, NodeRef, Summary, SummaryKind};
 use lcm_core::time::Timestamp;
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use crate::codec;
 use crate::error::{Result, StoreError};

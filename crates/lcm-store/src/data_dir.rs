@@ -40,4 +40,25 @@ impl DataDir {
         let index = SearchIndex::open(path.join(INDEX_DIR), &store, &config.search)?;
         Ok(DataDir { path, store, index })
     }
+
+    /// Opens the data directory for reading: neither the store nor the index is written, not
+    /// even on open or close, so a one-shot reader (`lcm grep`) pays no fsync. Writes through it
+    /// return [`StoreError::ReadOnly`]. Falls back to [`Self::open`] when the store does not
+    /// exist yet or was not closed cleanly (only a writable open recovers it).
+    pub fn open_read_only(path: impl AsRef<Path>, config: &Config) -> Result<DataDir> {
+        let path = path.as_ref().to_path_buf();
+        let options = StoreOptions {
+            counter: TokenCounter::new(config.tokenizer.encoding()),
+        };
+        let store = match Store::open_read_only(path.join(STORE_FILE), options) {
+            Ok(store) => store,
+            Err(StoreError::NeedsRecovery(_)) => return Self::open(path, config),
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Self::open(path, config);
+            }
+            Err(e) => return Err(e),
+        };
+        let index = SearchIndex::open(path.join(INDEX_DIR), &store, &config.search)?;
+        Ok(DataDir { path, store, index })
+    }
 }

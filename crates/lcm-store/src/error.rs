@@ -31,6 +31,14 @@ pub enum StoreError {
         "the database was written by a newer lcm (record schema {found}, this build reads up to {supported}): upgrade lcm"
     )]
     NewerSchema { found: u32, supported: u32 },
+    /// A write through a store opened with [`Store::open_read_only`](crate::Store::open_read_only).
+    #[error("the store is open read-only; open it writable to change it")]
+    ReadOnly,
+    /// A read-only open of a store that was not closed cleanly: only a writable open recovers it.
+    #[error(
+        "the store {0} was not closed cleanly and needs recovery, which only a writable open performs"
+    )]
+    NeedsRecovery(String),
     #[error("corrupt record in table `{table}`: {detail}")]
     Corrupt { table: &'static str, detail: String },
     #[error("database error: {0}")]

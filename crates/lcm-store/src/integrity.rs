@@ -47,9 +47,7 @@ use std::fmt;
 use lcm_core::ids::{MessageId, SessionId, SummaryId};
 use lcm_core::summary::{ContextState, SummaryKind};
 use lcm_core::time::Timestamp;
-use redb::{
-    ReadOnlyTable, ReadableDatabase, ReadableTable, ReadableTableMetadata, WriteTransaction,
-};
+use redb::{ReadOnlyTable, ReadableTable, ReadableTableMetadata, WriteTransaction};
 use serde::Serialize;
 
 use crate::codec;

@@ -19,6 +19,7 @@
 pub mod codec;
 pub mod dag;
 pub mod data_dir;
+mod db;
 pub mod error;
 pub mod grep;
 pub mod import;

@@ -45,8 +45,8 @@ use std::time::Duration;
 use lcm_core::ids::JobId;
 use lcm_core::time::Timestamp;
 use redb::{
-    Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, Table,
-    TableDefinition, TableError, WriteTransaction,
+    Durability, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, TableError,
+    WriteTransaction,
 };
 use serde::Serialize;
 

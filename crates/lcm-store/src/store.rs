@@ -17,11 +17,10 @@ use lcm_core::ids::{MessageId, SessionId};
 use lcm_core::message::{Message, NewMessage, Original, Part, Role, SessionInfo, SourceFormat};
 use lcm_core::time::Timestamp;
 use lcm_core::tokens::TokenCounter;
-use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle,
-};
+use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata, TableHandle};
 
 use crate::codec::{self, SCHEMA_VERSION};
+use crate::db::Db;
 use crate::error::{Result, StoreError};
 use crate::tables::{self, meta};
 use crate::view::MessageRecordView;
@@ -127,7 +126,7 @@ pub struct StoreOptions {
 
 /// The immutable store. Cheap to share behind an `Arc`; all methods take `&self`.
 pub struct Store {
-    pub(crate) db: Database,
+    pub(crate) db: Db,
     counter: TokenCounter,
     path: Option<PathBuf>,
 }
@@ -189,6 +188,48 @@ impl Store {
         Self::init(db, options, Some(path.to_path_buf()))
     }
 
+    /// Opens the existing store at `path` for reading only. Nothing is written, not even on
+    /// open or close (a writable open commits on both), so one-shot readers cost no fsync.
+    /// Every write returns [`StoreError::ReadOnly`]. A store that was not closed cleanly is
+    /// refused with [`StoreError::NeedsRecovery`] (only a writable open recovers it); a missing
+    /// file with [`StoreError::Io`].
+    pub fn open_read_only(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        let path = path.as_ref();
+        let db = match redb::ReadOnlyDatabase::open(path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::RepairAborted) => {
+                return Err(StoreError::NeedsRecovery(path.display().to_string()));
+            }
+            Err(redb::DatabaseError::Storage(redb::StorageError::Io(source))) => {
+                return Err(StoreError::Io {
+                    path: path.display().to_string(),
+                    source,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let db = Db::ReadOnly(db);
+        if !Self::initialised(&db)? {
+            return Err(StoreError::Corrupt {
+                table: tables::META.name(),
+                detail: format!(
+                    "{} has no lcm schema version or lacks tables: not an initialised lcm store",
+                    path.display()
+                ),
+            });
+        }
+        Ok(Store {
+            db,
+            counter: options.counter,
+            path: Some(path.to_path_buf()),
+        })
+    }
+
+    /// Whether the store was opened with [`Self::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.db.is_read_only()
+    }
+
     /// A store in memory, for tests and benchmarks of code above the disk.
     pub fn open_in_memory(options: StoreOptions) -> Result<Store> {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
@@ -196,6 +237,7 @@ impl Store {
     }
 
     fn init(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<Store> {
+        let db = Db::Writable(db);
         // Opening an initialised store reads only: a write transaction would cost an fsync on
         // every open.
         if Self::initialised(&db)? {
@@ -244,7 +286,7 @@ impl Store {
 
     /// Whether the store has a schema version this build reads and every table [`Self::init`]
     /// creates. A newer schema is refused here, before anything is written.
-    fn initialised(db: &Database) -> Result<bool> {
+    fn initialised(db: &Db) -> Result<bool> {
         let txn = db.begin_read()?;
         let version = match txn.open_table(tables::META) {
             Ok(meta_table) => meta_table.get(meta::SCHEMA_VERSION)?.map(|v| v.value()),
@@ -888,6 +930,7 @@ fn validate_message(m: &NewMessage) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redb::ReadableDatabase;
 
     /// Appends encode a record in two halves (the tail before the transaction, session and
     /// sequence number inside it); the result must be what decoding a whole record expects.

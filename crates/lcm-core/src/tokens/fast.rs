@@ -499,9 +499,11 @@ impl PieceCache {
 static O200K_CACHE: OnceLock<PieceCache> = OnceLock::new();
 static CL100K_CACHE: OnceLock<PieceCache> = OnceLock::new();
 
-/// Tokens of `text` under `pattern`, whose ranks are `bpe`'s; equal to
-/// `bpe.encode_ordinary(text).len()` (see the module documentation for the two bounds).
-pub(super) fn count(pattern: Pattern, bpe: &CoreBPE, text: &str) -> usize {
+/// Tokens of `text` under `pattern`, whose ranks are `encoding`'s; equal to
+/// `encoding.bpe().encode_ordinary(text).len()` (see the module documentation for the two
+/// bounds). The table is fetched only on a cache miss: a count served from the cache never loads
+/// it.
+pub(super) fn count(pattern: Pattern, encoding: super::Encoding, text: &str) -> usize {
     let cache = match pattern {
         Pattern::O200k => &O200K_CACHE,
         Pattern::Cl100k => &CL100K_CACHE,
@@ -521,12 +523,12 @@ pub(super) fn count(pattern: Pattern, bpe: &CoreBPE, text: &str) -> usize {
             len if len <= CACHED_PIECE_MAX => {
                 let key = PieceCache::key(piece.as_bytes());
                 cache.get(&key).unwrap_or_else(|| {
-                    let counted = encode_len(bpe, piece);
+                    let counted = encode_len(encoding.bpe(), piece);
                     cache.insert(&key, counted);
                     counted
                 })
             }
-            _ => encode_len(bpe, piece),
+            _ => encode_len(encoding.bpe(), piece),
         };
         i = end;
     }
@@ -708,7 +710,14 @@ mod tests {
                     for round in 0..3 {
                         for k in 0..texts.len() {
                             let k = (k * 7 + offset * 100 + round) % texts.len();
-                            assert_eq!(count(Pattern::O200k, bpe, &texts[k]), expected[k]);
+                            assert_eq!(
+                                count(
+                                    Pattern::O200k,
+                                    crate::tokens::Encoding::O200kBase,
+                                    &texts[k]
+                                ),
+                                expected[k]
+                            );
                         }
                     }
                 });
