@@ -439,14 +439,7 @@ impl Store {
     /// an append, which callers can run in parallel before a group commit with
     /// [`Store::commit_prepared`].
     pub fn prepare_append(&self, messages: Vec<(SessionId, NewMessage)>) -> Result<PreparedAppend> {
-        for (i, (_, m)) in messages.iter().enumerate() {
-            validate_message(m).map_err(|e| match e {
-                StoreError::InvalidMessage(detail) if messages.len() > 1 => {
-                    StoreError::InvalidMessage(format!("message {i} of the batch: {detail}"))
-                }
-                other => other,
-            })?;
-        }
+        validate_batch(&messages)?;
         Ok(PreparedAppend {
             items: self.prepare(messages),
         })
@@ -461,63 +454,11 @@ impl Store {
 
         let txn = self.db.begin_write()?;
         let results = {
-            let mut meta_table = txn.open_table(tables::META)?;
-            let mut sessions = txn.open_table(tables::SESSIONS)?;
-            let mut records = txn.open_table(tables::MESSAGES)?;
-            let mut originals = txn.open_table(tables::ORIGINALS)?;
-            let mut session_messages = txn.open_table(tables::SESSION_MESSAGES)?;
-            let mut source_keys = txn.open_table(tables::SOURCE_KEYS)?;
-
-            let mut next_id = meta_table.get(meta::NEXT_MESSAGE)?.map_or(0, |v| v.value());
-            let mut touched: HashMap<u64, SessionRecord> = HashMap::new();
-            let mut results = Vec::with_capacity(sizes.iter().sum());
-
+            let mut tables = AppendTables::open(&txn, sizes.iter().sum())?;
             for p in prepared {
-                if let Some(key) = &p.source_key
-                    && let Some(existing) = source_keys.get((p.session, key.as_str()))?
-                {
-                    results.push(Appended {
-                        id: MessageId(existing.value()),
-                        inserted: false,
-                    });
-                    continue;
-                }
-                let session = match touched.entry(p.session) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        let bytes = sessions
-                            .get(p.session)?
-                            .ok_or(StoreError::SessionNotFound(SessionId(p.session)))?;
-                        e.insert(codec::decode("sessions", bytes.value())?)
-                    }
-                };
-                let id = next_id;
-                next_id += 1;
-                let seq = session.message_count;
-                session.message_count += 1;
-                session.token_total += u64::from(p.token_count);
-                session.first_message_at.get_or_insert(p.created_at);
-                session.last_message_at = Some(p.created_at);
-
-                let record = codec::encode_with_tail(&(p.session, seq), &p.record_tail);
-                records.insert(id, record.as_slice())?;
-                if let Some(original) = &p.original {
-                    originals.insert(id, original.as_slice())?;
-                }
-                session_messages.insert((p.session, seq), id)?;
-                if let Some(key) = &p.source_key {
-                    source_keys.insert((p.session, key.as_str()), id)?;
-                }
-                results.push(Appended {
-                    id: MessageId(id),
-                    inserted: true,
-                });
+                tables.add(p)?;
             }
-            for (id, record) in &touched {
-                sessions.insert(*id, codec::encode(record).as_slice())?;
-            }
-            meta_table.insert(meta::NEXT_MESSAGE, next_id)?;
-            results
+            tables.finish()?
         };
         txn.commit()?;
         let mut results = results.into_iter();
@@ -531,34 +472,8 @@ impl Store {
     /// prepared on every core: tokenising and encoding are most of the cost of ingest.
     fn prepare(&self, messages: Vec<(SessionId, NewMessage)>) -> Vec<Prepared> {
         let counter = self.counter;
-        let prepare_one = move |(session, m): (SessionId, NewMessage)| -> Prepared {
-            let token_count = counter.count_message(m.role, &m.parts);
-            let (source, original) = match m.original {
-                Some(Original { format, bytes }) => (format, Some(bytes)),
-                None => (SourceFormat::Lcm, None),
-            };
-            let size_hint = 64 + m.parts.iter().map(encoded_len_hint).sum::<usize>();
-            let record_tail = codec::encode_tail(
-                &MessageRecordTail {
-                    role: m.role,
-                    created_at: m.created_at,
-                    token_count,
-                    source,
-                    parts: &m.parts,
-                    source_key: m.source_key.as_deref(),
-                    has_original: original.is_some(),
-                },
-                size_hint,
-            );
-            Prepared {
-                session: session.0,
-                created_at: m.created_at,
-                token_count,
-                record_tail,
-                original,
-                source_key: m.source_key,
-            }
-        };
+        let prepare_one =
+            move |(session, m): (SessionId, NewMessage)| prepare_message(counter, session, m);
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         if threads < 2 || messages.len() < 256 {
             return messages.into_iter().map(prepare_one).collect();
@@ -893,6 +808,137 @@ pub(crate) fn next_counter(meta_table: &mut redb::Table<&str, u64>, key: &str) -
     let next = meta_table.get(key)?.map_or(0, |v| v.value());
     meta_table.insert(key, next + 1)?;
     Ok(next)
+}
+
+/// Counts the tokens of `m` and encodes its record (all but session and sequence number): the
+/// half of an append that needs no transaction.
+fn prepare_message(counter: TokenCounter, session: SessionId, m: NewMessage) -> Prepared {
+    let token_count = counter.count_message(m.role, &m.parts);
+    let (source, original) = match m.original {
+        Some(Original { format, bytes }) => (format, Some(bytes)),
+        None => (SourceFormat::Lcm, None),
+    };
+    let size_hint = 64 + m.parts.iter().map(encoded_len_hint).sum::<usize>();
+    let record_tail = codec::encode_tail(
+        &MessageRecordTail {
+            role: m.role,
+            created_at: m.created_at,
+            token_count,
+            source,
+            parts: &m.parts,
+            source_key: m.source_key.as_deref(),
+            has_original: original.is_some(),
+        },
+        size_hint,
+    );
+    Prepared {
+        session: session.0,
+        created_at: m.created_at,
+        token_count,
+        record_tail,
+        original,
+        source_key: m.source_key,
+    }
+}
+
+/// The tables an append writes, open in one write transaction, and what the append has
+/// changed so far: the other half of an append, shared by every way of appending.
+struct AppendTables<'t> {
+    meta: redb::Table<'t, &'static str, u64>,
+    sessions: redb::Table<'t, u64, &'static [u8]>,
+    records: redb::Table<'t, u64, &'static [u8]>,
+    originals: redb::Table<'t, u64, &'static [u8]>,
+    session_messages: redb::Table<'t, (u64, u64), u64>,
+    source_keys: redb::Table<'t, (u64, &'static str), u64>,
+    next_id: u64,
+    touched: HashMap<u64, SessionRecord>,
+    results: Vec<Appended>,
+}
+
+impl<'t> AppendTables<'t> {
+    fn open(txn: &'t redb::WriteTransaction, expected: usize) -> Result<Self> {
+        let meta = txn.open_table(tables::META)?;
+        let next_id = meta.get(meta::NEXT_MESSAGE)?.map_or(0, |v| v.value());
+        Ok(AppendTables {
+            meta,
+            sessions: txn.open_table(tables::SESSIONS)?,
+            records: txn.open_table(tables::MESSAGES)?,
+            originals: txn.open_table(tables::ORIGINALS)?,
+            session_messages: txn.open_table(tables::SESSION_MESSAGES)?,
+            source_keys: txn.open_table(tables::SOURCE_KEYS)?,
+            next_id,
+            touched: HashMap::new(),
+            results: Vec::with_capacity(expected),
+        })
+    }
+
+    /// Inserts one prepared message, unless its source key is already stored in its session.
+    fn add(&mut self, p: Prepared) -> Result<()> {
+        if let Some(key) = &p.source_key
+            && let Some(existing) = self.source_keys.get((p.session, key.as_str()))?
+        {
+            self.results.push(Appended {
+                id: MessageId(existing.value()),
+                inserted: false,
+            });
+            return Ok(());
+        }
+        let session = match self.touched.entry(p.session) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let bytes = self
+                    .sessions
+                    .get(p.session)?
+                    .ok_or(StoreError::SessionNotFound(SessionId(p.session)))?;
+                e.insert(codec::decode("sessions", bytes.value())?)
+            }
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let seq = session.message_count;
+        session.message_count += 1;
+        session.token_total += u64::from(p.token_count);
+        session.first_message_at.get_or_insert(p.created_at);
+        session.last_message_at = Some(p.created_at);
+
+        let record = codec::encode_with_tail(&(p.session, seq), &p.record_tail);
+        self.records.insert(id, record.as_slice())?;
+        if let Some(original) = &p.original {
+            self.originals.insert(id, original.as_slice())?;
+        }
+        self.session_messages.insert((p.session, seq), id)?;
+        if let Some(key) = &p.source_key {
+            self.source_keys.insert((p.session, key.as_str()), id)?;
+        }
+        self.results.push(Appended {
+            id: MessageId(id),
+            inserted: true,
+        });
+        Ok(())
+    }
+
+    /// Writes the sessions' new counters and the next message id; the results in order.
+    fn finish(mut self) -> Result<Vec<Appended>> {
+        for (id, record) in &self.touched {
+            self.sessions
+                .insert(*id, codec::encode(record).as_slice())?;
+        }
+        self.meta.insert(meta::NEXT_MESSAGE, self.next_id)?;
+        Ok(self.results)
+    }
+}
+
+/// Checks every message of a batch before anything is prepared or written.
+fn validate_batch(messages: &[(SessionId, NewMessage)]) -> Result<()> {
+    for (i, (_, m)) in messages.iter().enumerate() {
+        validate_message(m).map_err(|e| match e {
+            StoreError::InvalidMessage(detail) if messages.len() > 1 => {
+                StoreError::InvalidMessage(format!("message {i} of the batch: {detail}"))
+            }
+            other => other,
+        })?;
+    }
+    Ok(())
 }
 
 fn validate_session_key(key: &str) -> Result<()> {
