@@ -67,6 +67,10 @@ fn pattern_strategy() -> impl Strategy<Value = String> {
         1 => Just(r"\w".to_owned()),
         1 => Just(r"\s".to_owned()),
         1 => Just("[Ee]rr".to_owned()),
+        // Look-arounds: Unicode word boundaries must hold on the bytes a scan matches too.
+        1 => Just(r"\b".to_owned()),
+        1 => Just(r"\B".to_owned()),
+        1 => Just("$".to_owned()),
     ];
     let piece = (
         atom,

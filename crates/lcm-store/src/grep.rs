@@ -22,13 +22,15 @@ use lcm_core::ids::{MessageId, SessionId};
 use lcm_core::message::{Message, Role};
 use lcm_core::time::Timestamp;
 use regex::Regex;
+use regex_automata::meta::Regex as BytesRegex;
 use serde::Serialize;
 
+use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
 use crate::store::{Store, StoreReader};
 use crate::trigram;
-use crate::view::MessageRecordView;
+use crate::view::{MessageRecordView, ScanRecord};
 
 /// Longest pattern accepted.
 const MAX_PATTERN_LEN: usize = 4_096;
@@ -179,9 +181,14 @@ fn regex_grep(
         Some(Cursor::After(id)) => Some(id),
         Some(_) => return Err(StoreError::InvalidCursor("not a regex cursor".into())),
     };
+    let bytes_regex = BytesRegex::new(&request.pattern)
+        .map_err(|e| StoreError::InvalidQuery(format!("invalid regex: {e}")))?;
     let scope = &request.scope;
     let reader = store.reader()?;
-    let mut collector = HitCollector::new(&regex, config.snippet_chars, limit);
+    let mut collector = HitCollector::new(
+        RecordTester::new(&regex, &bytes_regex, config.snippet_chars),
+        limit,
+    );
 
     let end = store.next_message_id()?;
     let strategy = if plan.is_all() {
@@ -196,7 +203,7 @@ fn regex_grep(
         Strategy::Scan
     } else {
         let candidates = index.regex_candidates(&plan, scope, after)?;
-        reader.scan_views_of(candidates, |id, m| collector.offer(id, m, scope))?;
+        reader.records_of(candidates, |id, bytes| collector.offer(id, bytes, scope))?;
         // Not yet indexed: scan.
         if !collector.full() {
             let tail = index.unindexed(end);
@@ -234,9 +241,12 @@ fn scan(
             Some(m) if m.session == session => m.seq + 1,
             _ => 0,
         };
-        return reader.scan_session_views(session, first_seq..u64::MAX, start..ids.end, |id, m| {
-            collector.offer(id, m, scope)
-        });
+        return reader.session_records(
+            session,
+            first_seq..u64::MAX,
+            start..ids.end,
+            |id, bytes| collector.offer(id, bytes, scope),
+        );
     }
     scan_parallel(store, scope, start..ids.end, collector)
 }
@@ -258,13 +268,13 @@ fn scan_parallel(
     while from < ids.end.0 && !collector.full() {
         let to = (from + SCAN_WINDOW).min(ids.end.0);
         let step = (to - from).div_ceil(threads).max(1);
-        let regex = collector.regex;
-        let snippet_chars = collector.snippet_chars;
+        let tester = &collector.tester;
         let parts: Vec<Result<(Vec<GrepHit>, u64)>> = std::thread::scope(|scope_| {
             let handles: Vec<_> = (0..threads)
                 .map(|t| {
                     let lo = from + t * step;
                     let hi = (lo + step).min(to);
+                    let mut tester = tester.for_another_thread();
                     scope_.spawn(move || -> Result<(Vec<GrepHit>, u64)> {
                         let mut hits = Vec::new();
                         let mut examined = 0u64;
@@ -272,16 +282,16 @@ fn scan_parallel(
                             return Ok((hits, examined));
                         }
                         let reader = store.reader()?;
-                        let mut scratch = String::new();
-                        reader.scan_views(MessageId(lo)..MessageId(hi), |id, m| {
-                            if scope.admits_view(m) {
-                                examined += 1;
-                                let text = m.search_text_in(&mut scratch);
-                                if let Some(hit) = regex_hit(regex, id, m, text, snippet_chars) {
+                        reader.range_records(MessageId(lo)..MessageId(hi), |id, bytes| {
+                            match tester.test(id, bytes, scope)? {
+                                Tested::OutOfScope => {}
+                                Tested::Miss => examined += 1,
+                                Tested::Hit(hit) => {
+                                    examined += 1;
                                     hits.push(hit);
                                 }
                             }
-                            ControlFlow::Continue(())
+                            Ok(ControlFlow::Continue(()))
                         })?;
                         Ok((hits, examined))
                     })
@@ -333,27 +343,94 @@ fn regex_hit(
     })
 }
 
-struct HitCollector<'r> {
+/// What testing one stored message gave.
+enum Tested {
+    /// Outside the scope: not examined.
+    OutOfScope,
+    Miss,
+    Hit(GrepHit),
+}
+
+/// Tests stored messages against a regex, for every path of regex grep (index candidates, the
+/// unindexed tail, full scans). Most messages are rejected on their bytes: the scope from the
+/// record's first fields and the regex run on the searchable text as bytes, neither decoded nor
+/// checked as UTF-8 ([`ScanRecord`]), with this thread's own regex cache. A message that
+/// matches (or that the byte reader cannot read) is decoded through the checked view and matched
+/// again by the [`Regex`], which decides the hit, its snippet and its match count, so the bytes
+/// path can only save work, never change a result.
+struct RecordTester<'r> {
     regex: &'r Regex,
+    bytes_regex: &'r BytesRegex,
+    cache: regex_automata::meta::Cache,
     snippet_chars: usize,
+    /// The searchable text of multi-part messages, as bytes and as text.
+    joined_bytes: Vec<u8>,
+    joined_text: String,
+}
+
+impl<'r> RecordTester<'r> {
+    fn new(regex: &'r Regex, bytes_regex: &'r BytesRegex, snippet_chars: usize) -> Self {
+        RecordTester {
+            regex,
+            bytes_regex,
+            cache: bytes_regex.create_cache(),
+            snippet_chars,
+            joined_bytes: Vec::new(),
+            joined_text: String::new(),
+        }
+    }
+
+    /// A tester of the same regex for another thread (caches are per thread).
+    fn for_another_thread(&self) -> Self {
+        Self::new(self.regex, self.bytes_regex, self.snippet_chars)
+    }
+
+    fn test(&mut self, id: MessageId, bytes: &[u8], scope: &Scope) -> Result<Tested> {
+        if let Some(record) = ScanRecord::read(bytes) {
+            if !scope.admits_fields(SessionId(record.session), record.role, record.created_at) {
+                return Ok(Tested::OutOfScope);
+            }
+            if let Some(text) = record.search_bytes(&mut self.joined_bytes) {
+                let input = regex_automata::Input::new(text).earliest(true);
+                if self
+                    .bytes_regex
+                    .search_half_with(&mut self.cache, &input)
+                    .is_none()
+                {
+                    return Ok(Tested::Miss);
+                }
+            }
+        }
+        let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
+        if !scope.admits_view(&view) {
+            return Ok(Tested::OutOfScope);
+        }
+        let text = view.search_text_in(&mut self.joined_text);
+        Ok(
+            match regex_hit(self.regex, id, &view, text, self.snippet_chars) {
+                Some(hit) => Tested::Hit(hit),
+                None => Tested::Miss,
+            },
+        )
+    }
+}
+
+struct HitCollector<'r> {
+    tester: RecordTester<'r>,
     limit: usize,
     hits: Vec<GrepHit>,
     examined: u64,
     last_hit: Option<MessageId>,
-    /// Reused for the searchable text of multi-part messages.
-    scratch: String,
 }
 
 impl<'r> HitCollector<'r> {
-    fn new(regex: &'r Regex, snippet_chars: usize, limit: usize) -> Self {
+    fn new(tester: RecordTester<'r>, limit: usize) -> Self {
         HitCollector {
-            regex,
-            snippet_chars,
+            tester,
             limit,
             hits: Vec::new(),
             examined: 0,
             last_hit: None,
-            scratch: String::new(),
         }
     }
 
@@ -361,25 +438,22 @@ impl<'r> HitCollector<'r> {
         self.hits.len() >= self.limit
     }
 
-    /// Tests message `id` if it is in scope; says whether to go on (`Break` once full).
-    fn offer(
-        &mut self,
-        id: MessageId,
-        m: &MessageRecordView<'_>,
-        scope: &Scope,
-    ) -> ControlFlow<()> {
-        if scope.admits_view(m) {
-            self.examined += 1;
-            let text = m.search_text_in(&mut self.scratch);
-            if let Some(hit) = regex_hit(self.regex, id, m, text, self.snippet_chars) {
+    /// Tests the stored message `id` if it is in scope; says whether to go on (`Break` once
+    /// full).
+    fn offer(&mut self, id: MessageId, bytes: &[u8], scope: &Scope) -> Result<ControlFlow<()>> {
+        match self.tester.test(id, bytes, scope)? {
+            Tested::OutOfScope => {}
+            Tested::Miss => self.examined += 1,
+            Tested::Hit(hit) => {
+                self.examined += 1;
                 self.push(hit);
             }
         }
-        if self.full() {
+        Ok(if self.full() {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
-        }
+        })
     }
 
     fn push(&mut self, hit: GrepHit) {

@@ -23,7 +23,6 @@ use crate::codec::{self, SCHEMA_VERSION};
 use crate::db::Db;
 use crate::error::{Result, StoreError};
 use crate::tables::{self, meta};
-use crate::view::MessageRecordView;
 
 /// A message as stored (everything but its id, which is the key, and its original).
 #[derive(Debug, Clone, bincode::Encode, bincode::Decode)]
@@ -686,47 +685,19 @@ impl StoreReader {
         })
     }
 
-    /// Like [`Self::for_each_message`], but each message is a view borrowing the stored bytes:
-    /// nothing is allocated for a message the visitor only looks at.
-    pub(crate) fn scan_views(
-        &self,
-        ids: Range<MessageId>,
-        mut visit: impl FnMut(MessageId, &MessageRecordView<'_>) -> ControlFlow<()>,
-    ) -> Result<()> {
-        self.range_records(ids, |id, bytes| {
-            let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
-            Ok(visit(id, &view))
-        })
-    }
-
-    /// Like [`Self::for_each_in_session`], with views (see [`Self::scan_views`]), and only for
-    /// the messages with ids in `ids` (the others are not read).
-    pub(crate) fn scan_session_views(
-        &self,
-        session: SessionId,
-        seqs: Range<u64>,
-        ids: Range<MessageId>,
-        mut visit: impl FnMut(MessageId, &MessageRecordView<'_>) -> ControlFlow<()>,
-    ) -> Result<()> {
-        self.session_records(session, seqs, ids, |id, bytes| {
-            let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
-            Ok(visit(id, &view))
-        })
-    }
-
-    /// Views of the messages `ids` that exist, in the order given (see [`Self::scan_views`]).
-    pub(crate) fn scan_views_of(
+    /// The stored bytes of the messages `ids` that exist, in the order given (grep reads them
+    /// through [`crate::view`]); the bytes live as long as one call of `visit`.
+    pub(crate) fn records_of(
         &self,
         ids: impl IntoIterator<Item = MessageId>,
-        mut visit: impl FnMut(MessageId, &MessageRecordView<'_>) -> ControlFlow<()>,
+        mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
         let records = self.txn.open_table(tables::MESSAGES)?;
         for id in ids {
             let Some(bytes) = records.get(id.0)? else {
                 continue;
             };
-            let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes.value())?;
-            if visit(id, &view).is_break() {
+            if visit(id, bytes.value())?.is_break() {
                 break;
             }
         }
@@ -735,7 +706,7 @@ impl StoreReader {
 
     /// The stored bytes of every message with an id in `ids`, in id order; the bytes live as
     /// long as one call of `visit`.
-    fn range_records(
+    pub(crate) fn range_records(
         &self,
         ids: Range<MessageId>,
         mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
@@ -753,7 +724,7 @@ impl StoreReader {
     /// The stored bytes of the messages of `session` with sequence numbers in `seqs` and ids
     /// in `ids`, in order; the bytes live as long as one call of `visit`. (Ids grow with the
     /// sequence within a session, so the walk ends at the first id past `ids`.)
-    fn session_records(
+    pub(crate) fn session_records(
         &self,
         session: SessionId,
         seqs: Range<u64>,

@@ -208,6 +208,182 @@ impl<'de: 'a, 'a, Context> BorrowDecode<'de, Context> for PartsView<'a> {
     }
 }
 
+/// The scope fields of a stored message record and its searchable text as bytes, read by hand
+/// from the record's bytes: what a scan needs to reject a message, at a fraction of the cost of
+/// a [`MessageRecordView`]. The texts are not checked as UTF-8 and nothing after the parts is
+/// read, so a record accepted here is not known to be well formed: a scan decodes a message that
+/// matches again through the checked view before reporting it, and a record this reader cannot
+/// read (`None`) goes through the checked view too, which reports what is wrong with it.
+///
+/// The record's wire format is bincode 2's standard configuration: unsigned integers and enum
+/// variant indices as varints (one byte up to 250, else a marker byte 251, 252 or 253 and 2, 4 or
+/// 8 little-endian bytes), signed integers zigzag-encoded first, `Option` and `bool` as one byte,
+/// strings as a varint length and their bytes. The tests compare it with the derived decoder on
+/// every part variant.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScanRecord<'a> {
+    pub session: u64,
+    pub role: Role,
+    pub created_at: Timestamp,
+    /// The record from the parts' count on.
+    parts: &'a [u8],
+}
+
+/// A cursor over a record's bytes; every read is `None` past the end.
+struct WireReader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> WireReader<'a> {
+    #[inline]
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.rest.split_first()?;
+        self.rest = rest;
+        Some(b)
+    }
+
+    #[inline]
+    fn fixed<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (bytes, rest) = self.rest.split_first_chunk::<N>()?;
+        self.rest = rest;
+        Some(*bytes)
+    }
+
+    #[inline]
+    fn varint(&mut self) -> Option<u64> {
+        match self.byte()? {
+            b @ 0..=250 => Some(u64::from(b)),
+            251 => Some(u64::from(u16::from_le_bytes(self.fixed()?))),
+            252 => Some(u64::from(u32::from_le_bytes(self.fixed()?))),
+            253 => Some(u64::from_le_bytes(self.fixed()?)),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn zigzag(&mut self) -> Option<i64> {
+        let v = self.varint()?;
+        Some(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+
+    #[inline]
+    fn text(&mut self) -> Option<&'a [u8]> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        let (text, rest) = self.rest.split_at_checked(len)?;
+        self.rest = rest;
+        Some(text)
+    }
+}
+
+/// A part's contribution to the searchable text, as bytes (see [`Piece`]).
+#[derive(Clone, Copy)]
+enum PieceBytes<'a> {
+    Str(&'a [u8]),
+    Call { name: &'a [u8], arguments: &'a [u8] },
+}
+
+impl PieceBytes<'_> {
+    fn push_to(self, out: &mut Vec<u8>) {
+        match self {
+            PieceBytes::Str(text) => out.extend_from_slice(text),
+            PieceBytes::Call { name, arguments } => {
+                out.extend_from_slice(name);
+                out.push(b' ');
+                out.extend_from_slice(arguments);
+            }
+        }
+    }
+}
+
+impl<'a> ScanRecord<'a> {
+    /// Reads the fields before the parts of `bytes`, a stored value (version byte first).
+    pub fn read(bytes: &'a [u8]) -> Option<ScanRecord<'a>> {
+        let (&version, body) = bytes.split_first()?;
+        if version != crate::codec::SCHEMA_VERSION {
+            return None;
+        }
+        let mut r = WireReader { rest: body };
+        let session = r.varint()?;
+        let _seq = r.varint()?;
+        let role = *Role::ALL.get(usize::try_from(r.varint()?).ok()?)?;
+        let created_at = Timestamp(r.zigzag()?);
+        let _token_count = r.varint()?;
+        let _source = r.varint()?;
+        Some(ScanRecord {
+            session,
+            role,
+            created_at,
+            parts: r.rest,
+        })
+    }
+
+    /// The searchable text, byte for byte [`MessageRecordView::search_text_in`]: borrowed from
+    /// the record when one part has text and needs no joining, else joined into `scratch`
+    /// (cleared first). `None` if the parts cannot be read.
+    pub fn search_bytes<'s>(&'s self, scratch: &'s mut Vec<u8>) -> Option<&'s [u8]> {
+        let mut r = WireReader { rest: self.parts };
+        let count = r.varint()?;
+        let mut first: Option<PieceBytes<'a>> = None;
+        let mut joined = false;
+        for _ in 0..count {
+            let piece = match r.varint()? {
+                0 | 1 => PieceBytes::Str(r.text()?),
+                2 => {
+                    let _id = r.text()?;
+                    let name = r.text()?;
+                    let arguments = r.text()?;
+                    PieceBytes::Call { name, arguments }
+                }
+                3 => {
+                    let _call_id = r.text()?;
+                    let content = r.text()?;
+                    let _is_error = r.byte()?;
+                    PieceBytes::Str(content)
+                }
+                4 => {
+                    let path = r.text()?;
+                    if r.byte()? == 1 {
+                        let _mime_type = r.text()?;
+                    }
+                    PieceBytes::Str(path)
+                }
+                5 => {
+                    let _media_type = r.text()?;
+                    let _byte_len = r.varint()?;
+                    continue;
+                }
+                6 => {
+                    let _kind = r.text()?;
+                    PieceBytes::Str(r.text()?)
+                }
+                _ => return None,
+            };
+            match first {
+                None => first = Some(piece),
+                Some(earlier) => {
+                    if !joined {
+                        scratch.clear();
+                        earlier.push_to(scratch);
+                        joined = true;
+                    }
+                    scratch.push(b'\n');
+                    piece.push_to(scratch);
+                }
+            }
+        }
+        match first {
+            None => Some(b""),
+            Some(PieceBytes::Str(text)) if !joined => Some(text),
+            Some(call) if !joined => {
+                scratch.clear();
+                call.push_to(scratch);
+                Some(scratch)
+            }
+            Some(_) => Some(scratch),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
@@ -432,6 +608,69 @@ mod tests {
                 "parts: {parts:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_scan_reader_reads_the_fields_and_search_text_of_every_record() {
+        let mut scratch = Vec::new();
+        let mut joined = String::new();
+        for parts in part_lists() {
+            for key in [None, Some("uuid-1234")] {
+                // Values that take every varint width, and a negative time.
+                for (session, seq, created_at) in [
+                    (300, 1 << 40, -1_767_225_600_123),
+                    (7, 250, 0),
+                    (251, 65_535, 1_767_225_600_123),
+                    (65_536, u64::from(u32::MAX) + 1, i64::MIN),
+                ] {
+                    let mut written = record(parts.clone(), key);
+                    written.session = session;
+                    written.seq = seq;
+                    written.created_at = Timestamp(created_at);
+                    let bytes = codec::encode(&written);
+                    let scan = ScanRecord::read(&bytes).unwrap();
+                    assert_eq!(scan.session, written.session);
+                    assert_eq!(scan.role, written.role);
+                    assert_eq!(scan.created_at, written.created_at);
+                    let view: MessageRecordView<'_> =
+                        codec::decode_borrowed("messages", &bytes).unwrap();
+                    let text = scan.search_bytes(&mut scratch).unwrap();
+                    assert_eq!(
+                        text,
+                        view.search_text_in(&mut joined).as_bytes(),
+                        "parts: {parts:?}"
+                    );
+                }
+            }
+        }
+        for role in Role::ALL {
+            let mut written = record(every_part(), None);
+            written.role = role;
+            let bytes = codec::encode(&written);
+            assert_eq!(ScanRecord::read(&bytes).unwrap().role, role);
+        }
+    }
+
+    #[test]
+    fn the_scan_reader_gives_up_on_what_it_cannot_read() {
+        let bytes = codec::encode(&record(every_part(), Some("k")));
+        let mut scratch = Vec::new();
+        // Cut anywhere inside the fields or the parts: never a panic, never a text.
+        let parts_end = bytes.len() - (1 + 1 + 1 + 1); // `Some`, key length, "k", `has_original`
+        for cut in 0..parts_end {
+            let text = ScanRecord::read(&bytes[..cut])
+                .and_then(|r| r.search_bytes(&mut scratch).map(<[u8]>::to_vec));
+            assert_eq!(text, None, "cut at {cut}");
+        }
+        let mut newer = bytes.clone();
+        newer[0] = codec::SCHEMA_VERSION + 1;
+        assert!(ScanRecord::read(&newer).is_none());
+        let text = record(vec![Part::Text { text: "abc".into() }], None);
+        let mut unknown = codec::encode(&text);
+        let at = unknown.windows(3).position(|w| w == b"abc").unwrap() - 2;
+        unknown[at] = 7;
+        let scan = ScanRecord::read(&unknown).unwrap();
+        assert!(scan.search_bytes(&mut scratch).is_none());
     }
 
     #[test]
