@@ -172,23 +172,21 @@ fn regex_grep(
     cursor: Option<Cursor>,
     fingerprint: u64,
 ) -> Result<GrepPage> {
-    let regex = Regex::new(&request.pattern)
-        .map_err(|e| StoreError::InvalidQuery(format!("invalid regex: {e}")))?;
+    // Parsing first reports a syntax error as `regex` does (with the pattern and a caret).
     let plan = trigram::plan_pattern(&request.pattern)
+        .map_err(|e| StoreError::InvalidQuery(format!("invalid regex: {e}")))?;
+    // The `regex` crate's own engine, with its defaults: the same matches as `regex::Regex`,
+    // on text or on bytes. Compiled once (about 50 µs, a third of a literal grep).
+    let regex = BytesRegex::new(&request.pattern)
         .map_err(|e| StoreError::InvalidQuery(format!("invalid regex: {e}")))?;
     let after = match cursor {
         None => None,
         Some(Cursor::After(id)) => Some(id),
         Some(_) => return Err(StoreError::InvalidCursor("not a regex cursor".into())),
     };
-    let bytes_regex = BytesRegex::new(&request.pattern)
-        .map_err(|e| StoreError::InvalidQuery(format!("invalid regex: {e}")))?;
     let scope = &request.scope;
     let reader = store.reader()?;
-    let mut collector = HitCollector::new(
-        RecordTester::new(&regex, &bytes_regex, config.snippet_chars),
-        limit,
-    );
+    let mut collector = HitCollector::new(RecordTester::new(&regex, config.snippet_chars), limit);
 
     let end = store.next_message_id()?;
     let strategy = if plan.is_all() {
@@ -323,7 +321,7 @@ fn scan_parallel(
 /// The hit for message `id` if `regex` matches its searchable `text`. Nothing is allocated
 /// unless it matches.
 fn regex_hit(
-    regex: &Regex,
+    regex: &BytesRegex,
     id: MessageId,
     m: &MessageRecordView<'_>,
     text: &str,
@@ -356,11 +354,10 @@ enum Tested {
 /// record's first fields and the regex run on the searchable text as bytes, neither decoded nor
 /// checked as UTF-8 ([`ScanRecord`]), with this thread's own regex cache. A message that
 /// matches (or that the byte reader cannot read) is decoded through the checked view and matched
-/// again by the [`Regex`], which decides the hit, its snippet and its match count, so the bytes
-/// path can only save work, never change a result.
+/// again on its text, which decides the hit, its snippet and its match count, so the bytes path
+/// can only save work, never change a result.
 struct RecordTester<'r> {
-    regex: &'r Regex,
-    bytes_regex: &'r BytesRegex,
+    regex: &'r BytesRegex,
     cache: regex_automata::meta::Cache,
     snippet_chars: usize,
     /// The searchable text of multi-part messages, as bytes and as text.
@@ -369,11 +366,10 @@ struct RecordTester<'r> {
 }
 
 impl<'r> RecordTester<'r> {
-    fn new(regex: &'r Regex, bytes_regex: &'r BytesRegex, snippet_chars: usize) -> Self {
+    fn new(regex: &'r BytesRegex, snippet_chars: usize) -> Self {
         RecordTester {
             regex,
-            bytes_regex,
-            cache: bytes_regex.create_cache(),
+            cache: regex.create_cache(),
             snippet_chars,
             joined_bytes: Vec::new(),
             joined_text: String::new(),
@@ -382,7 +378,7 @@ impl<'r> RecordTester<'r> {
 
     /// A tester of the same regex for another thread (caches are per thread).
     fn for_another_thread(&self) -> Self {
-        Self::new(self.regex, self.bytes_regex, self.snippet_chars)
+        Self::new(self.regex, self.snippet_chars)
     }
 
     fn test(&mut self, id: MessageId, bytes: &[u8], scope: &Scope) -> Result<Tested> {
@@ -393,7 +389,7 @@ impl<'r> RecordTester<'r> {
             if let Some(text) = record.search_bytes(&mut self.joined_bytes) {
                 let input = regex_automata::Input::new(text).earliest(true);
                 if self
-                    .bytes_regex
+                    .regex
                     .search_half_with(&mut self.cache, &input)
                     .is_none()
                 {
