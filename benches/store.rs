@@ -197,6 +197,28 @@ fn ingest(c: &mut Criterion) {
             total
         })
     });
+    // The baseline as specified (WAL, synchronous=NORMAL) does not fsync at commit, so a power
+    // loss can take its last transactions; lcm's appends are durable on return. The same
+    // baseline with synchronous=FULL is the durable equivalent, measured for context.
+    {
+        let tmp = tempfile::tempdir_in(&f.dir).expect("tmp");
+        let mut full = Baseline::open(&tmp.path().join("full.sqlite"), true);
+        let mut k = 0u64;
+        group.bench_function("sqlite_full/insert_batch_1000", |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let batch: Vec<NewMessage> =
+                        (k..k + 1_000).map(|i| corpus::message(&f.words, i)).collect();
+                    let t = Instant::now();
+                    full.insert(0, k as i64, &batch);
+                    total += t.elapsed();
+                    k += 1_000;
+                }
+                total
+            })
+        });
+    }
     group.throughput(Throughput::Elements(1));
     group.bench_function("lcm/append_single_durable", |b| {
         b.iter_custom(|iters| {
