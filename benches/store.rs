@@ -208,8 +208,9 @@ fn ingest(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let batch: Vec<NewMessage> =
-                        (k..k + 1_000).map(|i| corpus::message(&f.words, i)).collect();
+                    let batch: Vec<NewMessage> = (k..k + 1_000)
+                        .map(|i| corpus::message(&f.words, i))
+                        .collect();
                     let t = Instant::now();
                     full.insert(0, k as i64, &batch);
                     total += t.elapsed();
