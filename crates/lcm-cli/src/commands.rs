@@ -58,6 +58,8 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
         });
         bar.finish_and_clear();
         let report = report?;
+        // The index's threads tokenise this file while the next one is parsed.
+        data.index.feed(&data.store)?;
         if !app.json {
             print_import_report(&report);
         }

@@ -17,6 +17,7 @@
 use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use lcm_core::config::SearchConfig;
 use lcm_core::ids::MessageId;
@@ -127,7 +128,10 @@ pub struct SearchIndex {
     dir: Option<PathBuf>,
     config: SearchConfig,
     /// Messages below this are in the committed index.
-    watermark: std::sync::atomic::AtomicU64,
+    watermark: AtomicU64,
+    /// Messages below this were handed to the writer ([`SearchIndex::feed`]), committed or not;
+    /// never below the watermark. Only changed with the writer's lock held.
+    fed: AtomicU64,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -217,13 +221,14 @@ impl SearchIndex {
             fields,
             dir,
             config: config.clone(),
-            watermark: std::sync::atomic::AtomicU64::new(watermark),
+            watermark: AtomicU64::new(watermark),
+            fed: AtomicU64::new(watermark),
         })
     }
 
     /// Messages with ids below this are indexed.
     pub fn watermark(&self) -> MessageId {
-        MessageId(self.watermark.load(std::sync::atomic::Ordering::Acquire))
+        MessageId(self.watermark.load(Ordering::Acquire))
     }
 
     /// The slot of the index writer (opened on first use, closed by `finish_merges`).
@@ -248,10 +253,32 @@ impl SearchIndex {
         Ok(slot.insert(writer))
     }
 
+    /// Hands the messages appended since the last feed (or commit) to the index writer, whose
+    /// threads tokenise them in the background, without committing: the next
+    /// [`catch_up`](Self::catch_up) commits them with whatever it adds. An import feeds the
+    /// index after each file, so one file is indexed while the next is parsed and stored.
+    /// Returns how many messages were handed over. Nothing fed is searchable through the index
+    /// before that commit (grep scans the store past the watermark, so nothing is missed).
+    pub fn feed(&self, store: &Store) -> Result<u64> {
+        if store.is_read_only() {
+            return Err(StoreError::ReadOnly);
+        }
+        let mut guard = self.lock_writer()?;
+        let start = self.fed.load(Ordering::Acquire).max(self.watermark().0);
+        let end = store.next_message_id()?.0;
+        if start >= end {
+            return Ok(0);
+        }
+        let writer = self.open_writer(&mut guard)?;
+        self.add_documents(writer, store, start..end)?;
+        Ok(end - start)
+    }
+
     /// Indexes every message appended since the watermark, committing every
-    /// `config.index_batch` messages. `progress` is called with (indexed so far, total to index).
-    /// Returns how many messages were indexed.
-    /// A read-only store is refused with [`StoreError::ReadOnly`] before the index changes.
+    /// `config.index_batch` messages (and whatever [`feed`](Self::feed) handed over before).
+    /// `progress` is called with (indexed so far, total to index). Returns how many messages
+    /// were indexed. A read-only store is refused with [`StoreError::ReadOnly`] before the index
+    /// changes.
     pub fn catch_up(&self, store: &Store, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
         if store.is_read_only() {
             return Err(StoreError::ReadOnly);
@@ -268,25 +295,17 @@ impl SearchIndex {
         let mut done = 0;
         let mut from = start;
         while from < end {
-            let to = (from + batch).min(end);
-            let reader = store.reader()?;
-            let mut failure = None;
-            reader.for_each_message(MessageId(from)..MessageId(to), |m| {
-                if let Err(e) = writer.add_document(self.document(&m)) {
-                    failure = Some(e);
-                    return ControlFlow::Break(());
-                }
-                ControlFlow::Continue(())
-            })?;
-            if let Some(e) = failure {
-                writer.rollback()?;
-                return Err(e.into());
+            // A commit takes every document the writer holds: the first one covers at least
+            // what was fed, so that the watermark never falls short of what is committed.
+            let fed = self.fed.load(Ordering::Acquire);
+            let to = (from + batch).min(end).max(fed);
+            if fed < to {
+                self.add_documents(writer, store, fed.max(from)..to)?;
             }
             let mut commit = writer.prepare_commit()?;
             commit.set_payload(&payload(to));
             commit.commit()?;
-            self.watermark
-                .store(to, std::sync::atomic::Ordering::Release);
+            self.watermark.store(to, Ordering::Release);
             store.set_index_watermark(MessageId(to))?;
             done += to - from;
             progress(done, total);
@@ -296,12 +315,45 @@ impl SearchIndex {
         Ok(done)
     }
 
+    /// Adds the documents of the messages `ids` to the writer and records them as fed. On a
+    /// failure, the writer drops everything not committed and the fed mark returns to the
+    /// watermark.
+    fn add_documents(
+        &self,
+        writer: &mut IndexWriter,
+        store: &Store,
+        ids: Range<u64>,
+    ) -> Result<()> {
+        let reader = store.reader()?;
+        let mut failure = None;
+        let read = reader.for_each_message(MessageId(ids.start)..MessageId(ids.end), |m| {
+            if let Err(e) = writer.add_document(self.document(&m)) {
+                failure = Some(e);
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        });
+        let failure = match (read, failure) {
+            (Ok(()), None) => {
+                self.fed.store(ids.end, Ordering::Release);
+                return Ok(());
+            }
+            (Err(e), _) => e,
+            (Ok(()), Some(e)) => e.into(),
+        };
+        self.fed.store(self.watermark().0, Ordering::Release);
+        writer.rollback()?;
+        Err(failure)
+    }
+
     /// Closes the index writer after its background segment merges finish, so that the files
     /// in the index directory stop changing (before copying or backing it up). The next
     /// [`catch_up`](Self::catch_up) opens a new writer.
     pub fn finish_merges(&self) -> Result<()> {
         let mut guard = self.lock_writer()?;
         if let Some(writer) = guard.take() {
+            // Closing the writer drops what was fed and not committed: feed it again later.
+            self.fed.store(self.watermark().0, Ordering::Release);
             writer.wait_merging_threads()?;
         }
         Ok(())
@@ -315,12 +367,14 @@ impl SearchIndex {
         {
             let mut guard = self.lock_writer()?;
             let writer = self.open_writer(&mut guard)?;
+            // Documents fed and not committed would survive the deletion: drop them first.
+            writer.rollback()?;
             writer.delete_all_documents()?;
             let mut commit = writer.prepare_commit()?;
             commit.set_payload(&payload(0));
             commit.commit()?;
-            self.watermark
-                .store(0, std::sync::atomic::Ordering::Release);
+            self.watermark.store(0, Ordering::Release);
+            self.fed.store(0, Ordering::Release);
             store.set_index_watermark(MessageId(0))?;
         }
         self.catch_up(store, progress)
@@ -531,6 +585,7 @@ mod tests {
     use super::*;
     use crate::grep::{GrepMode, GrepRequest, grep};
     use crate::store::StoreOptions;
+    use lcm_core::ids::SessionId;
     use lcm_core::message::{NewMessage, Role};
     use lcm_core::tokens::{Encoding, TokenCounter};
 
@@ -564,6 +619,93 @@ mod tests {
             assert_eq!(page.hits.len(), 1, "{word}");
         }
         assert_eq!(index.num_docs(), 2);
+    }
+
+    /// A store, an index over it with commits every `index_batch` messages, and a session.
+    fn fed_fixture(index_batch: usize) -> (tempfile::TempDir, Store, SearchIndex, SessionId) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            counter: TokenCounter::new(Encoding::O200kBase),
+        };
+        let store = Store::open(dir.path().join("lcm.redb"), options).unwrap();
+        let config = SearchConfig {
+            index_batch,
+            ..SearchConfig::default()
+        };
+        let index = SearchIndex::open(dir.path().join("index"), &store, &config).unwrap();
+        let session = store.create_session("s", None).unwrap();
+        (dir, store, index, session)
+    }
+
+    fn append(store: &Store, session: SessionId, from: usize, n: usize) {
+        let batch = (from..from + n)
+            .map(|i| NewMessage::text(Role::User, format!("message number{i} here")))
+            .collect();
+        store.append_batch(session, batch).unwrap();
+    }
+
+    /// Every message number{i} is found exactly once through the index.
+    fn assert_indexed_once(store: &Store, index: &SearchIndex, n: usize) {
+        assert_eq!(index.num_docs(), n as u64, "documents in the index");
+        assert_eq!(index.watermark(), store.next_message_id().unwrap());
+        for i in [0, n / 2, n - 1] {
+            let page = grep(
+                store,
+                index,
+                &SearchConfig::default(),
+                &GrepRequest {
+                    pattern: format!("number{i} "),
+                    mode: GrepMode::Regex,
+                    scope: Scope::default(),
+                    limit: Some(10),
+                    cursor: None,
+                },
+            )
+            .unwrap();
+            assert_eq!(page.hits.len(), 1, "number{i}");
+        }
+    }
+
+    #[test]
+    fn fed_messages_are_committed_once_by_the_next_catch_up() {
+        let (_dir, store, index, session) = fed_fixture(3);
+        append(&store, session, 0, 4);
+        assert_eq!(index.feed(&store).unwrap(), 4);
+        // Fed is not committed: nothing in the index yet, and feeding again adds nothing.
+        assert_eq!(index.num_docs(), 0);
+        assert_eq!(index.watermark().0, 0);
+        assert_eq!(index.feed(&store).unwrap(), 0);
+        append(&store, session, 4, 5);
+        assert_eq!(index.feed(&store).unwrap(), 5);
+        append(&store, session, 9, 4);
+        // Commits every 3 messages, the first one past everything fed (9), then 12, then 13.
+        let mut seen = Vec::new();
+        assert_eq!(
+            index
+                .catch_up(&store, |done, total| seen.push((done, total)))
+                .unwrap(),
+            13
+        );
+        assert_eq!(seen, vec![(9, 13), (12, 13), (13, 13)]);
+        assert_indexed_once(&store, &index, 13);
+        assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 0);
+        assert_indexed_once(&store, &index, 13);
+    }
+
+    #[test]
+    fn fed_messages_dropped_with_the_writer_or_a_rebuild_are_indexed_again() {
+        let (_dir, store, index, session) = fed_fixture(50_000);
+        append(&store, session, 0, 6);
+        index.feed(&store).unwrap();
+        // Closing the writer drops the fed documents; the next catch-up indexes them again.
+        index.finish_merges().unwrap();
+        assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 6);
+        assert_indexed_once(&store, &index, 6);
+
+        append(&store, session, 6, 3);
+        index.feed(&store).unwrap();
+        assert_eq!(index.rebuild(&store, |_, _| {}).unwrap(), 9);
+        assert_indexed_once(&store, &index, 9);
     }
 
     #[test]
