@@ -178,6 +178,20 @@ fn import_grep_show_round_trip() {
     assert_eq!(re["indexed"].as_u64(), Some(imported));
     let again = json(&lcm(dir, &["grep", "--json", "INV-4821"]));
     assert!(!again["hits"].as_array().unwrap().is_empty());
+
+    // Vacuum reports the file's sizes; everything reads the same after.
+    let vacuum = json(&lcm(dir, &["vacuum", "--json"]));
+    let before = vacuum["bytes_before"].as_u64().unwrap();
+    let after = vacuum["bytes_after"].as_u64().unwrap();
+    assert!(after <= before && after > 0, "{vacuum}");
+    assert_eq!(
+        std::fs::metadata(dir.join("lcm.redb")).unwrap().len(),
+        after
+    );
+    let after_vacuum = json(&lcm(dir, &["grep", "--json", "INV-4821"]));
+    assert_eq!(after_vacuum["hits"], again["hits"]);
+    let stats = json(&lcm(dir, &["stats", "--json"]));
+    assert_eq!(stats["store"]["messages"].as_u64(), Some(imported));
 }
 
 #[test]

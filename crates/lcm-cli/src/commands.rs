@@ -11,7 +11,7 @@ use lcm_core::time::Timestamp;
 use lcm_store::import::{ImportOptions, ImportReport, import_file};
 use lcm_store::{DataDir, GrepMode, GrepRequest, Scope};
 
-use crate::output::{bytes_bar, count_bar, print_json, thousands};
+use crate::output::{bytes_bar, count_bar, print_json, spinner, thousands};
 use crate::{App, Mode};
 
 #[derive(Debug, Args)]
@@ -338,6 +338,31 @@ pub fn stats(app: &App) -> Result<()> {
     if let Some(bytes) = stats.file_bytes {
         println!("store file    {:.1} MiB", bytes as f64 / (1024.0 * 1024.0));
     }
+    Ok(())
+}
+
+pub fn vacuum(app: &App) -> Result<()> {
+    let mut data = app.open()?;
+    let spinner = spinner(app.quiet, "vacuuming the store");
+    let sizes = data.store.vacuum();
+    spinner.finish_and_clear();
+    let (before, _) = sizes?;
+    // Closing the store writes its allocator state: measure the file once it is closed.
+    let file = data.path.join(lcm_store::data_dir::STORE_FILE);
+    drop(data);
+    let after = std::fs::metadata(&file)
+        .with_context(|| format!("cannot read {}", file.display()))?
+        .len();
+    if app.json {
+        return print_json(&serde_json::json!({ "bytes_before": before, "bytes_after": after }));
+    }
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "store file {:.1} MiB -> {:.1} MiB ({:.1} MiB freed)",
+        mib(before),
+        mib(after),
+        mib(before.saturating_sub(after))
+    );
     Ok(())
 }
 

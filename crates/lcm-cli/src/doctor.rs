@@ -4,16 +4,13 @@
 //! with `--repair` it applies the safe repairs, checks again and prints what changed. The exit
 //! code is non-zero while violations remain.
 
-use std::time::Duration;
-
 use anyhow::{Result, bail};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use lcm_store::DataDir;
 use lcm_store::integrity::{IntegrityReport, RepairReport, check, repair};
 
 use crate::App;
-use crate::output::{print_json, thousands};
+use crate::output::{print_json, spinner, thousands};
 
 /// Arguments of `lcm doctor`.
 #[derive(Debug, Args)]
@@ -73,20 +70,6 @@ fn checked(app: &App, data: &DataDir, what: &str) -> Result<IntegrityReport> {
     let report = check(&data.store, Some(&data.index));
     spinner.finish_and_clear();
     Ok(report?)
-}
-
-/// A spinner on stderr while a step without progress of its own runs (hidden when quiet).
-fn spinner(quiet: bool, message: &str) -> ProgressBar {
-    if quiet {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new_spinner();
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
-        bar.set_style(style);
-    }
-    bar.set_message(message.to_owned());
-    bar.enable_steady_tick(Duration::from_millis(120));
-    bar
 }
 
 fn print_report(report: &IntegrityReport) {

@@ -56,6 +56,9 @@ pub enum Command {
     Stats,
     /// Rebuild the search index from the store.
     Reindex,
+    /// Rewrite the store file without its free pages (like SQLite's VACUUM); nothing stored
+    /// changes.
+    Vacuum,
     /// Run the compaction control loop on a session now.
     Compact(dag_commands::CompactArgs),
     /// Print a session's assembled context (compacting first if it is over the soft threshold).
@@ -130,6 +133,7 @@ pub fn execute(cli: Cli) -> Result<()> {
         Command::Sessions => commands::sessions(&ctx),
         Command::Stats => commands::stats(&ctx),
         Command::Reindex => commands::reindex(&ctx),
+        Command::Vacuum => commands::vacuum(&ctx),
         Command::Compact(args) => dag_commands::compact_cmd(&ctx, args),
         Command::Context(args) => dag_commands::context_cmd(&ctx, args),
         Command::Dag(args) => dag_commands::dag_cmd(&ctx, args),

@@ -1,5 +1,7 @@
 //! Printing: JSON for scripts, aligned text for people, progress bars on stderr.
 
+use std::time::Duration;
+
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -28,6 +30,20 @@ pub fn count_bar(quiet: bool, message: &str, total: u64) -> ProgressBar {
         total,
         "{msg:>12} [{bar:32}] {human_pos}/{human_len} {per_sec} eta {eta}",
     )
+}
+
+/// A spinner on stderr while a step without progress of its own runs (hidden when quiet).
+pub fn spinner(quiet: bool, message: &str) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar.set_message(message.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
 }
 
 fn bar(quiet: bool, message: &str, total: u64, template: &str) -> ProgressBar {

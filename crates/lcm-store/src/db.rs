@@ -31,6 +31,17 @@ impl Db {
         }
     }
 
+    /// Compacts the file until nothing more can be moved; refused on a read-only store.
+    pub(crate) fn compact(&mut self) -> Result<()> {
+        match self {
+            Db::Writable(db) => {
+                while db.compact()? {}
+                Ok(())
+            }
+            Db::ReadOnly(_) => Err(StoreError::ReadOnly),
+        }
+    }
+
     pub(crate) fn is_read_only(&self) -> bool {
         matches!(self, Db::ReadOnly(_))
     }

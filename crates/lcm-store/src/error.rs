@@ -70,7 +70,8 @@ via_redb_error!(
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,
-    redb::CommitError
+    redb::CommitError,
+    redb::CompactionError
 );
 
 impl From<tantivy::directory::error::OpenDirectoryError> for StoreError {
