@@ -180,46 +180,33 @@ fn ingest(c: &mut Criterion) {
             total
         })
     });
-    let mut sq_next = f.n;
-    group.bench_function("sqlite/insert_batch_1000", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut sqlite = f.sqlite.lock().expect("sqlite");
-            for _ in 0..iters {
-                let batch: Vec<NewMessage> = (sq_next..sq_next + 1_000)
-                    .map(|k| corpus::message(&f.words, k))
-                    .collect();
-                let t = Instant::now();
-                sqlite.insert(0, sq_next as i64, &batch);
-                total += t.elapsed();
-                sq_next += 1_000;
-            }
-            total
-        })
-    });
     // The baseline as specified (WAL, synchronous=NORMAL) does not fsync at commit, so a power
     // loss can take its last transactions; lcm's appends are durable on return. The same
     // baseline with synchronous=FULL is the durable equivalent, measured for context.
-    {
-        let tmp = tempfile::tempdir_in(&f.dir).expect("tmp");
-        let mut full = Baseline::open(&tmp.path().join("full.sqlite"), true);
-        let mut k = 0u64;
-        group.bench_function("sqlite_full/insert_batch_1000", |b| {
+    let full_dir = tempfile::tempdir_in(&f.dir).expect("tmp");
+    let mut full = Baseline::open(&full_dir.path().join("full.sqlite"), true);
+    let mut specified = f.sqlite.lock().expect("sqlite");
+    for (name, sqlite, mut next) in [
+        ("sqlite/insert_batch_1000", &mut *specified, f.n),
+        ("sqlite_full/insert_batch_1000", &mut full, 0),
+    ] {
+        group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let batch: Vec<NewMessage> = (k..k + 1_000)
-                        .map(|i| corpus::message(&f.words, i))
+                    let batch: Vec<NewMessage> = (next..next + 1_000)
+                        .map(|k| corpus::message(&f.words, k))
                         .collect();
                     let t = Instant::now();
-                    full.insert(0, k as i64, &batch);
+                    sqlite.insert(0, next as i64, &batch);
                     total += t.elapsed();
-                    k += 1_000;
+                    next += 1_000;
                 }
                 total
             })
         });
     }
+    drop(specified);
     group.throughput(Throughput::Elements(1));
     group.bench_function("lcm/append_single_durable", |b| {
         b.iter_custom(|iters| {

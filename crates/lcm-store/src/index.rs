@@ -591,14 +591,8 @@ mod tests {
 
     #[test]
     fn indexing_goes_on_after_the_writer_finished_its_merges() {
-        let dir = tempfile::tempdir().unwrap();
-        let options = StoreOptions {
-            counter: TokenCounter::new(Encoding::O200kBase),
-        };
-        let store = Store::open(dir.path().join("lcm.redb"), options).unwrap();
         let config = SearchConfig::default();
-        let index = SearchIndex::open(dir.path().join("index"), &store, &config).unwrap();
-        let session = store.create_session("s", None).unwrap();
+        let (_dir, store, index, session) = fixture(config.index_batch);
         let request = |pattern: &str| GrepRequest {
             pattern: pattern.into(),
             mode: GrepMode::Regex,
@@ -622,7 +616,7 @@ mod tests {
     }
 
     /// A store, an index over it with commits every `index_batch` messages, and a session.
-    fn fed_fixture(index_batch: usize) -> (tempfile::TempDir, Store, SearchIndex, SessionId) {
+    fn fixture(index_batch: usize) -> (tempfile::TempDir, Store, SearchIndex, SessionId) {
         let dir = tempfile::tempdir().unwrap();
         let options = StoreOptions {
             counter: TokenCounter::new(Encoding::O200kBase),
@@ -668,7 +662,7 @@ mod tests {
 
     #[test]
     fn fed_messages_are_committed_once_by_the_next_catch_up() {
-        let (_dir, store, index, session) = fed_fixture(3);
+        let (_dir, store, index, session) = fixture(3);
         append(&store, session, 0, 4);
         assert_eq!(index.feed(&store).unwrap(), 4);
         // Fed is not committed: nothing in the index yet, and feeding again adds nothing.
@@ -694,7 +688,7 @@ mod tests {
 
     #[test]
     fn fed_messages_dropped_with_the_writer_or_a_rebuild_are_indexed_again() {
-        let (_dir, store, index, session) = fed_fixture(50_000);
+        let (_dir, store, index, session) = fixture(50_000);
         append(&store, session, 0, 6);
         index.feed(&store).unwrap();
         // Closing the writer drops the fed documents; the next catch-up indexes them again.
@@ -710,14 +704,8 @@ mod tests {
 
     #[test]
     fn segments_of_similar_size_are_merged_once_there_are_two() {
-        let dir = tempfile::tempdir().unwrap();
-        let options = StoreOptions {
-            counter: TokenCounter::new(Encoding::O200kBase),
-        };
-        let store = Store::open(dir.path().join("lcm.redb"), options).unwrap();
         let config = SearchConfig::default();
-        let index = SearchIndex::open(dir.path().join("index"), &store, &config).unwrap();
-        let session = store.create_session("s", None).unwrap();
+        let (dir, store, index, session) = fixture(config.index_batch);
         // Three catch-ups of 12,000 messages: each commits a segment per indexing thread, all of
         // one size level. tantivy's default policy waits for eight segments in a level and would
         // keep all of them.
