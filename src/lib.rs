@@ -6,13 +6,17 @@
 //! - [`core`]: ids, the message model, configuration, token counting, transcript formats;
 //! - [`store`]: the immutable redb store, the derived tantivy index, grep, import, the summary DAG;
 //! - [`llm`]: providers, the extractive summariser, three-level escalation;
-//! - [`engine`]: context assembly and the compaction control loop.
+//! - [`engine`]: context assembly, the compaction control loop and the actor runtime;
+//! - [`server`]: the daemon's HTTP API over a runtime (what `lcm serve` runs), to embed in a host;
+//! - [`mcp`]: the tools over the Model Context Protocol (what `lcm mcp` runs).
 //!
 //! See `docs/ARCHITECTURE.md` for the layers and their invariants.
 
 pub use lcm_core as core;
 pub use lcm_engine as engine;
 pub use lcm_llm as llm;
+pub use lcm_mcp as mcp;
+pub use lcm_server as server;
 pub use lcm_store as store;
 
 pub use lcm_core::{
