@@ -6,6 +6,7 @@
 //! `/v1/messages` and `/messages` all work), and replies from a script: a queue of
 //! [`ScriptedReply`]s consumed one per request, then a default reply ([`ScriptedReply::Echo`]
 //! unless changed). It records every request (method, path, headers, JSON body) for assertions.
+//! `GET .../models` lists one model, `scripted-model`.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -458,6 +459,12 @@ async fn handle(
     };
     shared.received.notify_waiters();
 
+    // Model listing, in the shape both APIs share closely enough for a client to read its ids.
+    if recorded.method == "GET" && recorded.path.ends_with("/models") {
+        let body =
+            r#"{"object":"list","data":[{"id":"scripted-model","object":"model","type":"model"}]}"#;
+        return Ok(respond(200, None, body.into()));
+    }
     if shape == ApiShape::Unknown {
         return Ok(respond(404, None, "{\"error\":\"unknown path\"}".into()));
     }

@@ -207,6 +207,13 @@ pub const ROUTES: &[Route] = &[
             || post(proxy::openai_chat),
         )
     },
+    route(
+        "GET",
+        "/v1/models",
+        Authenticated,
+        "Proxy: the upstream's model list, passed through.",
+        || get(proxy::models),
+    ),
     Route {
         streaming: true,
         ..route(
@@ -222,7 +229,10 @@ pub const ROUTES: &[Route] = &[
 /// Routes whose `Authorization` header may carry the upstream's key, lcm's own token then
 /// coming in `x-lcm-token`.
 fn upstream_credentials(route: &Route) -> bool {
-    matches!(route.path, "/v1/chat/completions" | "/v1/messages")
+    matches!(
+        route.path,
+        "/v1/chat/completions" | "/v1/messages" | "/v1/models"
+    )
 }
 
 /// The route serving `method` on the matched `path`, if any.

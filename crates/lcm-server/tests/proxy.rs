@@ -1022,3 +1022,88 @@ async fn streamed_lcm_tool_rounds_never_reach_the_client() {
         &(Role::Assistant, "It is 31-07-1984.".to_owned())
     );
 }
+
+/// `GET path` on the daemon with `headers`.
+async fn get(server: &TestServer, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut request = server.client.get(format!("{}{path}", server.url));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response.bytes().await.expect("body").to_vec();
+    Reply {
+        status,
+        headers,
+        bytes,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_lists_pass_through_with_the_clients_credentials() {
+    let upstream = ScriptedServer::start().await;
+    let anthropic_base = format!("{}/anthropic/v1", upstream.root_url());
+    let server = daemon(&upstream.url(), |setup| {
+        setup.bind = "0.0.0.0:0".parse().unwrap();
+        setup.config.server.token = Some(ADMIN.into());
+        setup.config.proxy.anthropic_base_url = anthropic_base.clone();
+    })
+    .await;
+
+    // Beyond loopback lcm's token is required: nothing reaches the upstream without it.
+    let reply = get(&server, "/v1/models", &[("authorization", "Bearer sk-up")]).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(upstream.request_count(), 0);
+
+    // OpenAI's shape: the client's key goes upstream, lcm's token does not; the list comes back.
+    let reply = get(
+        &server,
+        "/v1/models",
+        &[("authorization", "Bearer sk-up"), ("x-lcm-token", ADMIN)],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(reply.json()["data"][0]["id"], "scripted-model");
+    let sent = &upstream.requests()[0];
+    assert_eq!(sent.method, "GET");
+    assert_eq!(sent.path, "/v1/models");
+    assert_eq!(sent.header("authorization"), Some("Bearer sk-up"));
+    assert_eq!(sent.header("x-lcm-token"), None);
+
+    // Anthropic's clients send anthropic-version: their upstream, their key.
+    let reply = get(
+        &server,
+        "/v1/models",
+        &[
+            ("x-api-key", "sk-ant"),
+            ("anthropic-version", "2023-06-01"),
+            ("x-lcm-token", ADMIN),
+        ],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let sent = &upstream.requests()[1];
+    assert_eq!(sent.path, "/anthropic/v1/models");
+    assert_eq!(sent.header("x-api-key"), Some("sk-ant"));
+    assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_gives_a_clear_model_list_error() {
+    // A loopback port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let server = daemon(&url, |_| {}).await;
+    let reply = get(&server, "/v1/models", &[]).await;
+    assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{}", reply.text());
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("GET") && message.contains("/v1/models"),
+        "{message}"
+    );
+}

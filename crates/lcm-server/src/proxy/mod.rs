@@ -110,6 +110,54 @@ pub(crate) async fn anthropic_messages(
     proxy(state, principal, headers, body, Shape::Anthropic).await
 }
 
+/// `GET /v1/models`: the upstream's model list, passed through as it came (clients list the
+/// models before they chat). Anthropic's upstream when the request carries `anthropic-version`
+/// (as Anthropic's clients send), OpenAI's otherwise; the client's credentials go along as on
+/// the other proxy routes.
+pub(crate) async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let config = &state.inner.config.proxy;
+    let shape = if headers.contains_key("anthropic-version") {
+        Shape::Anthropic
+    } else {
+        Shape::OpenAi
+    };
+    let url = upstream_url(config, shape, "/models");
+    let strip_authorization = state.inner.auth.enabled() && !headers.contains_key(TOKEN_HEADER);
+    let forward = forward_headers(&headers, strip_authorization);
+    let timeout = Duration::from_secs(config.timeout_s);
+    let upstream = &state.inner.upstream;
+    let answer = match upstream.get(&url, forward, timeout).await {
+        Ok(mut response) => read_all(&mut response, timeout)
+            .await
+            .map(|body| (response.status(), answer_headers(response.headers()), body)),
+        Err(error) => Err(error),
+    };
+    match answer {
+        Ok((status, headers, body)) => {
+            if !status.is_success() {
+                state
+                    .inner
+                    .metrics
+                    .record_upstream_error(shape.name(), status_class(status));
+            }
+            let mut response = Response::new(Body::from(body));
+            *response.status_mut() = status;
+            *response.headers_mut() = headers;
+            response
+        }
+        Err(error) => unreachable(&state, shape, "GET", &url, &error, None),
+    }
+}
+
+/// The upstream URL of `endpoint` (`/chat/completions`, `/messages`, `/models`) for `shape`.
+fn upstream_url(config: &lcm_core::config::ProxyConfig, shape: Shape, endpoint: &str) -> String {
+    let base_url = match shape {
+        Shape::OpenAi => &config.openai_base_url,
+        Shape::Anthropic => &config.anthropic_base_url,
+    };
+    format!("{}{endpoint}", base_url.trim().trim_end_matches('/'))
+}
+
 async fn proxy(
     state: AppState,
     principal: Principal,
@@ -414,15 +462,7 @@ async fn turn(
     let context = handle.context(room).await?;
     let mut plan = Plan::new(shape, counter, context, &request.messages);
 
-    let base_url = match shape {
-        Shape::OpenAi => &config.openai_base_url,
-        Shape::Anthropic => &config.anthropic_base_url,
-    };
-    let url = format!(
-        "{}{}",
-        base_url.trim().trim_end_matches('/'),
-        shape.endpoint()
-    );
+    let url = upstream_url(config, shape, shape.endpoint());
     // lcm's own token came in Authorization unless it came in x-lcm-token: never forward it.
     let strip_authorization = state.inner.auth.enabled() && !headers.contains_key(TOKEN_HEADER);
     let forward = forward_headers(headers, strip_authorization);
@@ -461,7 +501,7 @@ async fn turn(
             .await
         {
             Ok(response) => response,
-            Err(error) => return Ok(unreachable(state, shape, &url, &error, &tags)),
+            Err(error) => return Ok(unreachable(state, shape, "POST", &url, &error, Some(&tags))),
         };
         let status = response.status();
         let upstream_headers = response.headers().clone();
@@ -489,7 +529,7 @@ async fn turn(
         }
         let body = match read_all(&mut response, timeout).await {
             Ok(body) => body,
-            Err(error) => return Ok(unreachable(state, shape, &url, &error, &tags)),
+            Err(error) => return Ok(unreachable(state, shape, "POST", &url, &error, Some(&tags))),
         };
         let streamed = request.stream.then(|| {
             let mut accumulator = Accumulator::new(shape);
@@ -540,9 +580,10 @@ fn status_class(status: StatusCode) -> &'static str {
 fn unreachable(
     state: &AppState,
     shape: Shape,
+    method: &str,
     url: &str,
     error: &UpstreamError,
-    tags: &SessionTags,
+    tags: Option<&SessionTags>,
 ) -> Response {
     let (status, kind) = match error {
         UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
@@ -555,10 +596,12 @@ fn unreachable(
     tracing::warn!(shape = shape.name(), %url, %error, "proxy: upstream failed");
     let body = shape.error_body(
         &format!("upstream_{kind}"),
-        &format!("lcm proxy: POST {url}: {error}"),
+        &format!("lcm proxy: {method} {url}: {error}"),
     );
     let mut response = (status, axum::Json(body)).into_response();
-    tags.apply(response.headers_mut());
+    if let Some(tags) = tags {
+        tags.apply(response.headers_mut());
+    }
     response
 }
 

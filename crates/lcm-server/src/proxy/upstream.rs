@@ -76,12 +76,38 @@ impl Upstream {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<reqwest::Response, UpstreamError> {
+        self.send(reqwest::Method::POST, url, headers, Some(body), timeout)
+            .await
+    }
+
+    /// GETs `url` with `headers`; the answer's head, within `timeout`.
+    pub(crate) async fn get(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, UpstreamError> {
+        self.send(reqwest::Method::GET, url, headers, None, timeout)
+            .await
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        headers: HeaderMap,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, UpstreamError> {
         let (normal, direct) = self
             .clients
             .as_ref()
             .map_err(|e| UpstreamError::Transport(e.clone()))?;
         let client = if is_loopback(url) { direct } else { normal };
-        let request = client.post(url).headers(headers).body(body);
+        let mut request = client.request(method, url).headers(headers);
+        if let Some(body) = body {
+            request = request.body(body);
+        }
         match tokio::time::timeout(timeout, request.send()).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) if e.is_timeout() => Err(UpstreamError::Timeout),

@@ -31,6 +31,10 @@ pub fn config(root: &Path) -> Config {
     config.map.timeout_s = 10;
     config.map.lease_s = 30;
     config.server.shutdown_grace_s = 5;
+    // Tests talk only to loopback: a proxy test points these at its scripted upstream, and
+    // any other request that reaches them is refused at once (port 9, discard, is closed).
+    config.proxy.openai_base_url = "http://127.0.0.1:9/v1".into();
+    config.proxy.anthropic_base_url = "http://127.0.0.1:9/v1".into();
     config
 }
 
