@@ -359,6 +359,40 @@ async fn reopen(options: RuntimeOptions) -> Runtime {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wait_rides_out_a_restart_of_the_map_worker_pool() {
+    let f = fixture();
+    let server = ScriptedServer::start().await;
+    server.set_default(correct_after(Duration::from_millis(5)));
+    let n = 40;
+    let input = write_items(&f.root, "pool.jsonl", n);
+    let rt = open(RuntimeOptions::in_memory(config(&f.root)).with_llm(llm(&server))).await;
+    let events = collect_events(&rt);
+    // The pool itself panics when the job's run ends, before it answers its waiters: they
+    // are dropped with the pool, and the wait must follow the job to the restarted pool.
+    rt.faults()
+        .arm(FaultPoint::MapPoolOnEnded, Fault::Panic, 0, 1);
+
+    let job = rt.llm_map(request(&input)).await.expect("job starts");
+    let summary = tokio::time::timeout(Duration::from_secs(20), rt.map_wait(job.id))
+        .await
+        .expect("the wait ends in time")
+        .expect("the wait follows the job across the restart");
+    assert_eq!(rt.faults().fired(FaultPoint::MapPoolOnEnded), 1);
+    assert_eq!(summary.status, JobStatus::Completed, "{summary}");
+    assert_eq!((summary.completed, summary.failed), (n, 0), "{summary}");
+    verify_results(&rt, &job, n);
+    let stats = rt.supervisor_stats().await.unwrap();
+    assert_eq!(restarts(&stats, ActorKind::MapWorkerPool), 1, "{stats:?}");
+    assert_eq!(pool_failures(&events.lock().unwrap()), 1);
+    // The restarted pool serves new jobs.
+    let again = write_items(&f.root, "again.jsonl", 5);
+    let next = rt.llm_map(request(&again)).await.expect("a new job starts");
+    let summary = rt.map_wait(next.id).await.expect("the new job ends");
+    assert_eq!(summary.completed, 5);
+    assert_integrity(&rt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_job_resumes_after_a_restart_without_asking_for_finished_items_again() {
     let f = fixture();
     let server = ScriptedServer::start().await;

@@ -572,7 +572,7 @@ impl Delegator for RuntimeDelegator {
         .await
         .map_err(|e| ToolError::failed(tool, e))?
         .map_err(|e| map_refusal(tool, e))?;
-        match map_pool::call(shared, move |reply| MapPoolMsg::Wait { job: job.id, reply }).await {
+        match map_pool::wait(shared, job.id).await {
             Ok(summary) => summary.map_err(|e| ToolError::failed(tool, e)),
             Err(RuntimeError::Unavailable { .. }) => Err(ToolError::failed(
                 tool,

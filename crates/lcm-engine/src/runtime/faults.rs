@@ -39,6 +39,8 @@ pub enum FaultPoint {
     MapWorkerBeforeCommit,
     /// MapWorkerPool worker: after an item's result was committed.
     MapWorkerAfterCommit,
+    /// MapWorkerPool itself: handling the end of a job's run, before its waiters are answered.
+    MapPoolOnEnded,
     /// DelegationActor: during a sub-agent's provider call.
     DelegationMidLlmCall,
 }

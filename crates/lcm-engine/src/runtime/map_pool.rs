@@ -269,6 +269,7 @@ impl Actor for MapWorkerPool {
                 }
             }
             MapPoolMsg::Ended { job, end } => {
+                state.shared.faults.hit(FaultPoint::MapPoolOnEnded, None);
                 if let Some(mut running) = state.jobs.remove(&job) {
                     if let Some(id) = running.worker.take() {
                         state.workers.remove(&id);
@@ -407,6 +408,46 @@ pub(crate) async fn call<T: Send + 'static>(
             kind: ActorKind::MapWorkerPool,
             detail: "it stopped".into(),
         }),
+    }
+}
+
+/// Restarts of the pool a [`wait`] rides out before it gives up.
+const MAX_REATTACH: u32 = 5;
+
+/// Waits for the end of `job`'s run, as [`call`] with [`MapPoolMsg::Wait`], but rides out
+/// restarts of the pool: a pool that stops before answering (a crash) drops its waiters, and the
+/// pool its supervisor starts again resumes every running job from the store, so the wait is
+/// sent again to the new pool (a job that ended meanwhile is summarised from the store). A
+/// runtime shutting down, or a pool that keeps failing, ends the wait with an error.
+pub(crate) async fn wait(
+    shared: &Arc<Shared>,
+    job: JobId,
+) -> Result<Result<MapSummary, RuntimeError>, RuntimeError> {
+    let mut attempt = 0;
+    loop {
+        let deadline = Instant::now() + shared.call_timeout();
+        let pool = shared
+            .services
+            .map_pool
+            .wait(ActorKind::MapWorkerPool, shared, deadline)
+            .await?;
+        match pool
+            .call(|reply| MapPoolMsg::Wait { job, reply }, None)
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(answer)) => return Ok(answer),
+            _ if shared.is_closing() => return Err(RuntimeError::ShuttingDown),
+            _ if attempt < MAX_REATTACH => {
+                attempt += 1;
+                tracing::warn!(%job, attempt, "map worker pool stopped during a wait; waiting on its successor");
+            }
+            _ => {
+                return Err(RuntimeError::Unavailable {
+                    kind: ActorKind::MapWorkerPool,
+                    detail: format!("it stopped {} times while {job} ran", attempt + 1),
+                });
+            }
+        }
     }
 }
 

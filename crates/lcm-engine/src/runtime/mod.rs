@@ -357,10 +357,10 @@ impl Runtime {
     }
 
     /// Waits until `job`'s run ends and returns its summary (counts, output path, examples,
-    /// failures; never the whole output).
+    /// failures; never the whole output). A restart of the map worker pool meanwhile does not
+    /// end the wait: the new pool resumes the job and the wait follows it.
     pub async fn map_wait(&self, job: JobId) -> Result<MapSummary, RuntimeError> {
-        self.map_call(move |reply| map_pool::MapPoolMsg::Wait { job, reply })
-            .await?
+        map_pool::wait(&self.inner.shared, job).await?
     }
 
     /// Cancels `job`: nothing more is claimed, answers in flight are abandoned.
