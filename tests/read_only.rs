@@ -187,3 +187,20 @@ fn a_read_only_open_of_a_store_without_index_scans_and_creates_no_index() {
     assert!(!dir.as_path().join("index").exists());
     assert_eq!(files(dir.as_path()), before);
 }
+
+#[test]
+fn a_store_held_by_another_handle_is_a_clear_error_for_both_opens() {
+    let (_tmp, dir) = seeded();
+    let holder = DataDir::open(dir.as_path(), &Config::default()).unwrap();
+    for read_only in [true, false] {
+        let err = if read_only {
+            DataDir::open_read_only(dir.as_path(), &Config::default())
+        } else {
+            DataDir::open(dir.as_path(), &Config::default())
+        }
+        .unwrap_err();
+        assert!(matches!(err, StoreError::AlreadyOpen(_)), "{err}");
+        assert!(err.to_string().contains("lcm serve"), "{err}");
+    }
+    assert_eq!(holder.store.stats().unwrap().messages, 2);
+}

@@ -34,6 +34,11 @@ pub enum StoreError {
     /// A write through a store opened with [`Store::open_read_only`](crate::Store::open_read_only).
     #[error("the store is open read-only; open it writable to change it")]
     ReadOnly,
+    /// Another handle (another process, such as `lcm serve`) has the store open.
+    #[error(
+        "the store {0} is open in another process (a running `lcm serve`?): stop it, or use its HTTP API"
+    )]
+    AlreadyOpen(String),
     /// A read-only open of a store that was not closed cleanly: only a writable open recovers it.
     #[error(
         "the store {0} was not closed cleanly and needs recovery, which only a writable open performs"

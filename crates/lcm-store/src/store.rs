@@ -183,7 +183,13 @@ impl Store {
     /// Opens the store at `path`, creating it if absent.
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let path = path.as_ref();
-        let db = Database::create(path)?;
+        let db = match Database::create(path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::AlreadyOpen(path.display().to_string()));
+            }
+            Err(e) => return Err(e.into()),
+        };
         Self::init(db, options, Some(path.to_path_buf()))
     }
 
@@ -198,6 +204,9 @@ impl Store {
             Ok(db) => db,
             Err(redb::DatabaseError::RepairAborted) => {
                 return Err(StoreError::NeedsRecovery(path.display().to_string()));
+            }
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::AlreadyOpen(path.display().to_string()));
             }
             Err(redb::DatabaseError::Storage(redb::StorageError::Io(source))) => {
                 return Err(StoreError::Io {
