@@ -98,10 +98,29 @@ pub fn run() -> ExitCode {
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", report(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, joined by `: `, each said once: a cause whose text the message
+/// before it already contains (errors that embed their source, as the store's do) is skipped.
+fn report(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut previous = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !out.is_empty() {
+            if previous.contains(&text) {
+                continue;
+            }
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        previous = text;
+    }
+    out
 }
 
 /// `lcm grep x | head` should end quietly when `head` closes the pipe, as other Unix tools do;
@@ -203,4 +222,35 @@ fn default_data_dir() -> Result<PathBuf> {
     dirs::data_dir()
         .map(|d| d.join("lcm"))
         .context("no platform data directory; pass --data-dir or set LCM_DATA_DIR")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report;
+    use anyhow::Context;
+
+    #[test]
+    fn an_error_report_says_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let store = lcm_store::StoreError::Io {
+            path: "/x/lcm.redb".into(),
+            source: io,
+        };
+        let error = Err::<(), _>(store)
+            .context("cannot open the data directory /x")
+            .unwrap_err();
+        let text = report(&error);
+        assert_eq!(
+            text,
+            "cannot open the data directory /x: I/O error on /x/lcm.redb: no such file"
+        );
+        assert_eq!(text.matches("no such file").count(), 1);
+
+        // Causes that do not repeat each other are all kept.
+        let error = Err::<(), _>(anyhow::anyhow!("inner"))
+            .context("middle")
+            .context("outer")
+            .unwrap_err();
+        assert_eq!(report(&error), "outer: middle: inner");
+    }
 }
