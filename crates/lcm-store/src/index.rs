@@ -106,16 +106,16 @@ fn parse_payload(payload: Option<&str>) -> Option<u64> {
     rest.parse().ok()
 }
 
-/// How segments are merged: as tantivy's log merge policy, but a level is merged as soon as it
-/// holds two segments (tantivy waits for eight) and a level spans sizes within a factor of four.
-/// Every segment costs a search and an open (six files mapped, footers checked: about 0.1 ms
-/// each), and a daemon's many small catch-ups each add one or two, so the index stays at about
-/// one segment per size level (five for a million messages) for about three rewrites of each
-/// document over its life, done by tantivy's merge threads.
+/// How segments are merged: as tantivy's log merge policy, but a size level is merged once it
+/// holds four segments (tantivy waits for eight). Every segment costs a search and an open (six
+/// files mapped, footers checked: about 0.1 ms each), and a catch-up commits a segment per
+/// indexing thread. Merging at two segments kept the index at one or two segments but made
+/// catching up with 300,000 messages 40% slower (the merges compete with indexing); at four it
+/// indexes as fast as tantivy's default and a 100,000-message index ends as one segment instead
+/// of four.
 fn merge_policy() -> tantivy::indexer::LogMergePolicy {
     let mut policy = tantivy::indexer::LogMergePolicy::default();
-    policy.set_min_num_segments(2);
-    policy.set_level_log_size(2.0);
+    policy.set_min_num_segments(4);
     policy
 }
 
@@ -703,12 +703,13 @@ mod tests {
     }
 
     #[test]
-    fn segments_of_similar_size_are_merged_once_there_are_two() {
+    fn segments_of_similar_size_are_merged_once_there_are_four() {
         let config = SearchConfig::default();
         let (dir, store, index, session) = fixture(config.index_batch);
-        // Three catch-ups of 12,000 messages: each commits a segment per indexing thread, all of
-        // one size level. tantivy's default policy waits for eight segments in a level and would
-        // keep all of them.
+        // Three catch-ups of 12,000 messages, each committing a segment per indexing thread (two
+        // on two cores): the first four, of one size level, are merged into one; the last two
+        // are a level below it. tantivy's default policy waits for eight segments in a level
+        // and would keep all six. (On one core each catch-up makes one segment: three, kept.)
         for round in 0..3 {
             let batch = (0..12_000)
                 .map(|i| NewMessage::text(Role::User, format!("r{round} m{i}")))
@@ -719,6 +720,10 @@ mod tests {
         index.finish_merges().unwrap();
         let reopened = SearchIndex::open(dir.path().join("index"), &store, &config).unwrap();
         assert_eq!(reopened.num_docs(), 36_000);
-        assert_eq!(reopened.segment_count(), 1);
+        assert!(
+            reopened.segment_count() <= 3,
+            "{} segments",
+            reopened.segment_count()
+        );
     }
 }
