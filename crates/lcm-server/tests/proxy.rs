@@ -54,11 +54,21 @@ impl Reply {
 }
 
 async fn call(server: &TestServer, path: &str, body: &[u8], headers: &[(&str, &str)]) -> Reply {
-    let mut request = server
+    let request = server
         .client
         .post(format!("{}{path}", server.url))
         .header("content-type", "application/json")
         .body(body.to_vec());
+    send(request, headers).await
+}
+
+/// `GET path` on the daemon with `headers`.
+async fn get(server: &TestServer, path: &str, headers: &[(&str, &str)]) -> Reply {
+    send(server.client.get(format!("{}{path}", server.url)), headers).await
+}
+
+/// Sends `request` with `headers` added; the whole answer.
+async fn send(mut request: reqwest::RequestBuilder, headers: &[(&str, &str)]) -> Reply {
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
@@ -1021,23 +1031,6 @@ async fn streamed_lcm_tool_rounds_never_reach_the_client() {
         texts(&stored(&server, "stream-tools")).last().unwrap(),
         &(Role::Assistant, "It is 31-07-1984.".to_owned())
     );
-}
-
-/// `GET path` on the daemon with `headers`.
-async fn get(server: &TestServer, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut request = server.client.get(format!("{}{path}", server.url));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = request.send().await.expect("request");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = response.bytes().await.expect("body").to_vec();
-    Reply {
-        status,
-        headers,
-        bytes,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,10 +35,8 @@ impl DataDir {
             path: path.display().to_string(),
             source,
         })?;
-        let counter = TokenCounter::new(config.tokenizer.encoding());
-        let store = Store::open(path.join(STORE_FILE), StoreOptions { counter })?;
-        let index = SearchIndex::open(path.join(INDEX_DIR), &store, &config.search)?;
-        Ok(DataDir { path, store, index })
+        let store = Store::open(path.join(STORE_FILE), store_options(config))?;
+        Self::with_store(path, store, config)
     }
 
     /// Opens the data directory for reading: neither the store nor the index is written, not
@@ -47,10 +45,7 @@ impl DataDir {
     /// exist yet or was not closed cleanly (only a writable open recovers it).
     pub fn open_read_only(path: impl AsRef<Path>, config: &Config) -> Result<DataDir> {
         let path = path.as_ref().to_path_buf();
-        let options = StoreOptions {
-            counter: TokenCounter::new(config.tokenizer.encoding()),
-        };
-        let store = match Store::open_read_only(path.join(STORE_FILE), options) {
+        let store = match Store::open_read_only(path.join(STORE_FILE), store_options(config)) {
             Ok(store) => store,
             Err(StoreError::NeedsRecovery(_)) => return Self::open(path, config),
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
@@ -58,7 +53,18 @@ impl DataDir {
             }
             Err(e) => return Err(e),
         };
+        Self::with_store(path, store, config)
+    }
+
+    /// The data directory at `path` around its opened `store`: the index beside it.
+    fn with_store(path: PathBuf, store: Store, config: &Config) -> Result<DataDir> {
         let index = SearchIndex::open(path.join(INDEX_DIR), &store, &config.search)?;
         Ok(DataDir { path, store, index })
+    }
+}
+
+fn store_options(config: &Config) -> StoreOptions {
+    StoreOptions {
+        counter: TokenCounter::new(config.tokenizer.encoding()),
     }
 }

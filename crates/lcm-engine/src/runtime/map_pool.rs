@@ -396,19 +396,30 @@ pub(crate) async fn call<T: Send + 'static>(
     shared: &Arc<Shared>,
     build: impl FnOnce(RpcReplyPort<T>) -> MapPoolMsg,
 ) -> Result<T, RuntimeError> {
+    call_once(shared, build)
+        .await?
+        .ok_or_else(|| RuntimeError::Unavailable {
+            kind: ActorKind::MapWorkerPool,
+            detail: "it stopped".into(),
+        })
+}
+
+/// One RPC to the current map pool, as [`call`]; `None` when the pool stopped before it
+/// answered.
+async fn call_once<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    build: impl FnOnce(RpcReplyPort<T>) -> MapPoolMsg,
+) -> Result<Option<T>, RuntimeError> {
     let deadline = Instant::now() + shared.call_timeout();
     let pool = shared
         .services
         .map_pool
         .wait(ActorKind::MapWorkerPool, shared, deadline)
         .await?;
-    match pool.call(build, None).await {
-        Ok(ractor::rpc::CallResult::Success(value)) => Ok(value),
-        _ => Err(RuntimeError::Unavailable {
-            kind: ActorKind::MapWorkerPool,
-            detail: "it stopped".into(),
-        }),
-    }
+    Ok(match pool.call(build, None).await {
+        Ok(ractor::rpc::CallResult::Success(value)) => Some(value),
+        _ => None,
+    })
 }
 
 /// Restarts of the pool a [`wait`] rides out before it gives up.
@@ -425,23 +436,14 @@ pub(crate) async fn wait(
 ) -> Result<Result<MapSummary, RuntimeError>, RuntimeError> {
     let mut attempt = 0;
     loop {
-        let deadline = Instant::now() + shared.call_timeout();
-        let pool = shared
-            .services
-            .map_pool
-            .wait(ActorKind::MapWorkerPool, shared, deadline)
-            .await?;
-        match pool
-            .call(|reply| MapPoolMsg::Wait { job, reply }, None)
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(answer)) => return Ok(answer),
-            _ if shared.is_closing() => return Err(RuntimeError::ShuttingDown),
-            _ if attempt < MAX_REATTACH => {
+        match call_once(shared, |reply| MapPoolMsg::Wait { job, reply }).await? {
+            Some(answer) => return Ok(answer),
+            None if shared.is_closing() => return Err(RuntimeError::ShuttingDown),
+            None if attempt < MAX_REATTACH => {
                 attempt += 1;
                 tracing::warn!(%job, attempt, "map worker pool stopped during a wait; waiting on its successor");
             }
-            _ => {
+            None => {
                 return Err(RuntimeError::Unavailable {
                     kind: ActorKind::MapWorkerPool,
                     detail: format!("it stopped {} times while {job} ran", attempt + 1),
