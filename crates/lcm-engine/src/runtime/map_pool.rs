@@ -396,29 +396,31 @@ pub(crate) async fn call<T: Send + 'static>(
     shared: &Arc<Shared>,
     build: impl FnOnce(RpcReplyPort<T>) -> MapPoolMsg,
 ) -> Result<T, RuntimeError> {
-    call_once(shared, build)
+    call_once(shared, build, None)
         .await?
-        .ok_or_else(|| RuntimeError::Unavailable {
+        .map_err(|_| RuntimeError::Unavailable {
             kind: ActorKind::MapWorkerPool,
             detail: "it stopped".into(),
         })
 }
 
-/// One RPC to the current map pool, as [`call`]; `None` when the pool stopped before it
-/// answered.
+/// One RPC to the current map pool (not `stopped`, a pool seen to stop: its successor), as
+/// [`call`]; `Err` with the pool's id when it stopped before it answered.
 async fn call_once<T: Send + 'static>(
     shared: &Arc<Shared>,
     build: impl FnOnce(RpcReplyPort<T>) -> MapPoolMsg,
-) -> Result<Option<T>, RuntimeError> {
+    stopped: Option<ActorId>,
+) -> Result<Result<T, ActorId>, RuntimeError> {
     let deadline = Instant::now() + shared.call_timeout();
-    let pool = shared
-        .services
-        .map_pool
-        .wait(ActorKind::MapWorkerPool, shared, deadline)
-        .await?;
+    let slot = &shared.services.map_pool;
+    let kind = ActorKind::MapWorkerPool;
+    let pool = match stopped {
+        None => slot.wait(kind, shared, deadline).await?,
+        Some(stopped) => slot.wait_successor(kind, shared, deadline, stopped).await?,
+    };
     Ok(match pool.call(build, None).await {
-        Ok(ractor::rpc::CallResult::Success(value)) => Some(value),
-        _ => None,
+        Ok(ractor::rpc::CallResult::Success(value)) => Ok(value),
+        _ => Err(pool.get_id()),
     })
 }
 
@@ -435,15 +437,17 @@ pub(crate) async fn wait(
     job: JobId,
 ) -> Result<Result<MapSummary, RuntimeError>, RuntimeError> {
     let mut attempt = 0;
+    let mut stopped = None;
     loop {
-        match call_once(shared, |reply| MapPoolMsg::Wait { job, reply }).await? {
-            Some(answer) => return Ok(answer),
-            None if shared.is_closing() => return Err(RuntimeError::ShuttingDown),
-            None if attempt < MAX_REATTACH => {
+        match call_once(shared, |reply| MapPoolMsg::Wait { job, reply }, stopped).await? {
+            Ok(answer) => return Ok(answer),
+            Err(_) if shared.is_closing() => return Err(RuntimeError::ShuttingDown),
+            Err(pool) if attempt < MAX_REATTACH => {
                 attempt += 1;
+                stopped = Some(pool);
                 tracing::warn!(%job, attempt, "map worker pool stopped during a wait; waiting on its successor");
             }
-            None => {
+            Err(_) => {
                 return Err(RuntimeError::Unavailable {
                     kind: ActorKind::MapWorkerPool,
                     detail: format!("it stopped {} times while {job} ran", attempt + 1),

@@ -121,8 +121,32 @@ impl<M: ractor::Message> Slot<M> {
         shared: &Shared,
         deadline: Instant,
     ) -> Result<ActorRef<M>, RuntimeError> {
+        self.wait_for(kind, shared, deadline, None).await
+    }
+
+    /// As [`Self::wait`], for the successor of `stopped`, an actor seen to stop: until its
+    /// supervisor has handled the stop, the slot still holds it.
+    pub(crate) async fn wait_successor(
+        &self,
+        kind: ActorKind,
+        shared: &Shared,
+        deadline: Instant,
+        stopped: ractor::ActorId,
+    ) -> Result<ActorRef<M>, RuntimeError> {
+        self.wait_for(kind, shared, deadline, Some(stopped)).await
+    }
+
+    async fn wait_for(
+        &self,
+        kind: ActorKind,
+        shared: &Shared,
+        deadline: Instant,
+        stopped: Option<ractor::ActorId>,
+    ) -> Result<ActorRef<M>, RuntimeError> {
         loop {
-            if let Some(actor) = self.get() {
+            if let Some(actor) = self.get()
+                && Some(actor.get_id()) != stopped
+            {
                 return Ok(actor);
             }
             if shared.is_closing() {
