@@ -41,15 +41,14 @@ pub fn encode_tail<T: bincode::Encode>(fields: &T, size_hint: usize) -> Vec<u8> 
     out
 }
 
-/// A record made of its first fields `head` and the rest already encoded by [`encode_tail`]:
-/// byte for byte what [`encode`] writes for the whole record, since bincode writes a struct's
-/// fields one after another with nothing between them.
-pub fn encode_with_tail<H: bincode::Encode>(head: &H, tail: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + 20 + tail.len());
+/// Writes into `out` (cleared first) the start of a record whose remaining fields were encoded
+/// by [`encode_tail`]: the version byte and `head`. The record is these bytes followed by the
+/// tail, byte for byte what [`encode`] writes for the whole record, since bincode writes a
+/// struct's fields one after another with nothing between them.
+pub fn encode_head<H: bincode::Encode>(head: &H, out: &mut Vec<u8>) {
+    out.clear();
     out.push(SCHEMA_VERSION);
-    write_fields(head, &mut out);
-    out.extend_from_slice(tail);
-    out
+    write_fields(head, out);
 }
 
 /// Decodes a record written by [`encode`].

@@ -43,7 +43,7 @@ pub(crate) struct MessageRecord {
 
 /// The fields of a [`MessageRecord`] after `session` and `seq`, in the same order, borrowed: what
 /// an append encodes before its transaction assigns the sequence number
-/// ([`codec::encode_with_tail`] adds the two in front).
+/// ([`codec::encode_head`] writes the two in front).
 #[derive(bincode::Encode)]
 struct MessageRecordTail<'a> {
     role: Role,
@@ -456,13 +456,43 @@ impl Store {
     /// Appends messages of several sessions in one transaction, in the order given; durable
     /// when it returns. Messages whose source key is already stored in their session are not
     /// written again (`inserted: false`).
+    ///
+    /// A large batch is prepared (token counts, encoded records) on helper threads while this
+    /// thread inserts the chunks already prepared, in order, into the write transaction.
     pub fn append_mixed(&self, messages: Vec<(SessionId, NewMessage)>) -> Result<Vec<Appended>> {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
-        let prepared = self.prepare_append(messages)?;
-        let mut out = self.commit_prepared(vec![prepared])?;
-        Ok(out.pop().unwrap_or_default())
+        validate_batch(&messages)?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads < 2 || messages.len() < PIPELINE_MIN_BATCH {
+            let counter = self.counter;
+            let total = messages.len();
+            return self.write_append(total, |tables| {
+                for (session, m) in messages {
+                    tables.add(prepare_message(counter, session, m))?;
+                }
+                Ok(())
+            });
+        }
+        let total = messages.len();
+        let pipeline = PreparePipeline::new(messages, self.counter);
+        std::thread::scope(|scope| {
+            for _ in 1..threads {
+                scope.spawn(|| pipeline.help());
+            }
+            let written = self.write_append(total, |tables| {
+                for chunk in 0..pipeline.chunks() {
+                    for p in pipeline.take(chunk) {
+                        tables.add(p)?;
+                    }
+                }
+                Ok(())
+            });
+            // On an error the helpers stop after the chunk they are preparing.
+            pipeline.stop();
+            written
+        })
     }
 
     /// Validates and tokenises messages without touching the database: the expensive half of
@@ -480,22 +510,34 @@ impl Store {
     /// missing session, nothing is written.
     pub fn commit_prepared(&self, batches: Vec<PreparedAppend>) -> Result<Vec<Vec<Appended>>> {
         let sizes: Vec<usize> = batches.iter().map(|b| b.items.len()).collect();
-        let prepared = batches.into_iter().flat_map(|b| b.items);
-
-        let txn = self.db.begin_write()?;
-        let results = {
-            let mut tables = AppendTables::open(&txn, sizes.iter().sum())?;
-            for p in prepared {
+        let results = self.write_append(sizes.iter().sum(), |tables| {
+            for p in batches.into_iter().flat_map(|b| b.items) {
                 tables.add(p)?;
             }
-            tables.finish()?
-        };
-        txn.commit()?;
+            Ok(())
+        })?;
         let mut results = results.into_iter();
         Ok(sizes
             .into_iter()
             .map(|n| results.by_ref().take(n).collect())
             .collect())
+    }
+
+    /// The write half of every append: one durable transaction in which `insert` adds the
+    /// prepared messages (`expected` of them) to the append tables; the results in order.
+    fn write_append(
+        &self,
+        expected: usize,
+        insert: impl FnOnce(&mut AppendTables<'_>) -> Result<()>,
+    ) -> Result<Vec<Appended>> {
+        let txn = self.db.begin_write()?;
+        let results = {
+            let mut tables = AppendTables::open(&txn, expected)?;
+            insert(&mut tables)?;
+            tables.finish()?
+        };
+        txn.commit()?;
+        Ok(results)
     }
 
     /// Counts tokens and encodes records before the write lock is taken. Large batches are
@@ -843,6 +885,145 @@ fn prepare_message(counter: TokenCounter, session: SessionId, m: NewMessage) -> 
     }
 }
 
+/// Batches of at least this many messages are appended through a [`PreparePipeline`].
+const PIPELINE_MIN_BATCH: usize = 256;
+/// Messages per chunk of a [`PreparePipeline`]: small enough that the writing thread starts
+/// inserting soon, large enough that handing chunks over costs nothing measurable.
+const PIPELINE_CHUNK: usize = 64;
+
+/// The messages of one large append, cut into chunks that any thread may prepare
+/// ([`prepare_message`]) and that the writing thread takes in order. Helper threads prepare
+/// chunks ahead; the writing thread inserts the chunks that are ready and, when the next one is
+/// not, prepares a chunk itself instead of waiting. Counting and inserting so overlap on
+/// different cores.
+struct PreparePipeline {
+    counter: TokenCounter,
+    state: std::sync::Mutex<PipelineState>,
+    /// Signalled whenever a chunk is ready (or a helper panicked).
+    ready: std::sync::Condvar,
+}
+
+struct PipelineState {
+    /// Chunks not yet claimed by a thread (taken on claim).
+    inputs: Vec<Option<Vec<(SessionId, NewMessage)>>>,
+    /// Prepared chunks the writing thread has not taken yet.
+    outputs: Vec<Option<Vec<Prepared>>>,
+    /// The next chunk to claim.
+    next: usize,
+    /// Set when the writing thread is done: helpers claim nothing more.
+    stopped: bool,
+    /// A helper's panic, resumed on the writing thread.
+    panic: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl PreparePipeline {
+    fn new(messages: Vec<(SessionId, NewMessage)>, counter: TokenCounter) -> Self {
+        let mut inputs = Vec::with_capacity(messages.len().div_ceil(PIPELINE_CHUNK));
+        let mut iter = messages.into_iter();
+        loop {
+            let chunk: Vec<_> = iter.by_ref().take(PIPELINE_CHUNK).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            inputs.push(Some(chunk));
+        }
+        let outputs = inputs.iter().map(|_| None).collect();
+        PreparePipeline {
+            counter,
+            state: std::sync::Mutex::new(PipelineState {
+                inputs,
+                outputs,
+                next: 0,
+                stopped: false,
+                panic: None,
+            }),
+            ready: std::sync::Condvar::new(),
+        }
+    }
+
+    fn chunks(&self) -> usize {
+        self.lock().outputs.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PipelineState> {
+        // Nothing panics while holding the lock, so a poisoned state is still consistent.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The next unclaimed chunk, if any and not stopped.
+    fn claim(state: &mut PipelineState) -> Option<(usize, Vec<(SessionId, NewMessage)>)> {
+        if state.stopped || state.next >= state.inputs.len() {
+            return None;
+        }
+        let index = state.next;
+        state.next += 1;
+        state.inputs[index].take().map(|chunk| (index, chunk))
+    }
+
+    fn prepare(&self, chunk: Vec<(SessionId, NewMessage)>) -> Vec<Prepared> {
+        let counter = self.counter;
+        chunk
+            .into_iter()
+            .map(|(session, m)| prepare_message(counter, session, m))
+            .collect()
+    }
+
+    /// A helper thread's loop: prepare chunks until none is left or the writer stopped.
+    fn help(&self) {
+        loop {
+            let Some((index, chunk)) = Self::claim(&mut self.lock()) else {
+                return;
+            };
+            let prepared =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare(chunk)));
+            let mut state = self.lock();
+            match prepared {
+                Ok(prepared) => state.outputs[index] = Some(prepared),
+                Err(panic) => {
+                    state.panic = Some(panic);
+                    state.stopped = true;
+                }
+            }
+            drop(state);
+            self.ready.notify_all();
+        }
+    }
+
+    /// Chunk `index`, prepared (by a helper, or here while it is not ready).
+    fn take(&self, index: usize) -> Vec<Prepared> {
+        let mut state = self.lock();
+        loop {
+            if let Some(prepared) = state.outputs[index].take() {
+                return prepared;
+            }
+            if let Some(panic) = state.panic.take() {
+                drop(state);
+                std::panic::resume_unwind(panic);
+            }
+            if let Some((claimed, chunk)) = Self::claim(&mut state) {
+                drop(state);
+                let prepared = self.prepare(chunk);
+                if claimed == index {
+                    return prepared;
+                }
+                state = self.lock();
+                state.outputs[claimed] = Some(prepared);
+                continue;
+            }
+            state = self
+                .ready
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    fn stop(&self) {
+        self.lock().stopped = true;
+    }
+}
+
 /// The tables an append writes, open in one write transaction, and what the append has
 /// changed so far: the other half of an append, shared by every way of appending.
 struct AppendTables<'t> {
@@ -855,6 +1036,8 @@ struct AppendTables<'t> {
     next_id: u64,
     touched: HashMap<u64, SessionRecord>,
     results: Vec<Appended>,
+    /// The record being written (reused: one allocation per append).
+    record: Vec<u8>,
 }
 
 impl<'t> AppendTables<'t> {
@@ -871,6 +1054,7 @@ impl<'t> AppendTables<'t> {
             next_id,
             touched: HashMap::new(),
             results: Vec::with_capacity(expected),
+            record: Vec::with_capacity(1024),
         })
     }
 
@@ -903,8 +1087,11 @@ impl<'t> AppendTables<'t> {
         session.first_message_at.get_or_insert(p.created_at);
         session.last_message_at = Some(p.created_at);
 
-        let record = codec::encode_with_tail(&(p.session, seq), &p.record_tail);
-        self.records.insert(id, record.as_slice())?;
+        // The record: its head (session, sequence number), then the tail encoded by
+        // `prepare_message`, in one buffer reused for every message of the append.
+        codec::encode_head(&(p.session, seq), &mut self.record);
+        self.record.extend_from_slice(&p.record_tail);
+        self.records.insert(id, self.record.as_slice())?;
         if let Some(original) = &p.original {
             self.originals.insert(id, original.as_slice())?;
         }
@@ -1040,7 +1227,9 @@ mod tests {
                 },
                 0,
             );
-            let halves = codec::encode_with_tail(&(session, seq), &tail);
+            let mut halves = Vec::new();
+            codec::encode_head(&(session, seq), &mut halves);
+            halves.extend_from_slice(&tail);
             assert_eq!(halves, codec::encode(&whole));
             let back: MessageRecord = codec::decode("messages", &halves).unwrap();
             assert_eq!(back.seq, seq);
@@ -1106,5 +1295,169 @@ mod tests {
             Some(u64::from(SCHEMA_VERSION) + 1),
             "left as it was"
         );
+    }
+
+    /// A varied message: text of several lengths, tool calls and results, some with originals
+    /// and source keys (the pipeline must prepare and insert each exactly like a small batch).
+    fn varied_message(k: usize) -> NewMessage {
+        let mut m = match k % 4 {
+            0 => NewMessage::text(
+                Role::User,
+                format!("question {k}: {}", "why ".repeat(k % 50)),
+            ),
+            1 => NewMessage {
+                role: Role::Assistant,
+                parts: vec![
+                    Part::Reasoning {
+                        text: format!("thinking about {k}"),
+                    },
+                    Part::ToolCall {
+                        id: format!("call_{k}"),
+                        name: "grep".into(),
+                        arguments: format!("{{\"pattern\": \"ERR_{k}\"}}"),
+                    },
+                ],
+                created_at: Timestamp(k as i64),
+                original: None,
+                source_key: None,
+            },
+            2 => NewMessage {
+                role: Role::Tool,
+                parts: vec![Part::ToolResult {
+                    call_id: format!("call_{k}"),
+                    content: "line of output\n".repeat(k % 200),
+                    is_error: k % 8 == 2,
+                }],
+                created_at: Timestamp(k as i64),
+                original: Some(Original {
+                    format: SourceFormat::ClaudeCode,
+                    bytes: format!("{{\"raw\": {k}}}").into_bytes(),
+                }),
+                source_key: None,
+            },
+            _ => NewMessage::text(Role::Assistant, format!("answer {k} ✓ — done")),
+        };
+        if k.is_multiple_of(5) {
+            m.source_key = Some(format!("key-{k}"));
+        }
+        m.created_at = Timestamp(1_000 + k as i64);
+        m
+    }
+
+    /// Each session's record but its creation time.
+    fn counters(store: &Store) -> Vec<SessionInfo> {
+        let sessions = store.sessions().unwrap().into_iter();
+        sessions
+            .map(|s| SessionInfo {
+                created_at: Timestamp(0),
+                ..s
+            })
+            .collect()
+    }
+
+    /// Everything stored about the messages of a store, in id order.
+    fn stored(store: &Store) -> Vec<(Message, Original)> {
+        let end = store.next_message_id().unwrap().0;
+        (0..end)
+            .map(|id| {
+                let id = MessageId(id);
+                (store.message(id).unwrap(), store.original(id).unwrap())
+            })
+            .collect()
+    }
+
+    /// A large batch goes through the prepare pipeline (helper threads, chunks taken in
+    /// order); small batches do not. Both must store exactly the same records, results and
+    /// session counters, across several sessions and with duplicate source keys in the batch.
+    #[test]
+    fn a_pipelined_append_stores_what_small_appends_store() {
+        let pipelined = Store::open_in_memory(options()).unwrap();
+        let serial = Store::open_in_memory(options()).unwrap();
+        let mut batches = Vec::new();
+        for store in [&pipelined, &serial] {
+            let a = store.create_session("a", None).unwrap();
+            let b = store.create_session("b", None).unwrap();
+            let batch: Vec<(SessionId, NewMessage)> = (0..1_500)
+                .map(|k| {
+                    // Every 97th message repeats an earlier source key of its session.
+                    let mut m = varied_message(k);
+                    if k % 97 == 96 {
+                        m.source_key = Some("key-0".into());
+                    }
+                    (if k % 3 == 0 { a } else { b }, m)
+                })
+                .collect();
+            batches.push(batch);
+        }
+        let big = batches.remove(0);
+        assert!(big.len() >= PIPELINE_MIN_BATCH && big.len() > 10 * PIPELINE_CHUNK);
+        let results_pipelined = pipelined.append_mixed(big).unwrap();
+        let mut results_serial = Vec::new();
+        for chunk in batches.remove(0).chunks(100) {
+            results_serial.extend(serial.append_mixed(chunk.to_vec()).unwrap());
+        }
+        assert_eq!(results_pipelined, results_serial);
+        // Worked out independently: a key repeats if its session already has it.
+        let mut seen = std::collections::HashSet::new();
+        let repeats = (0..1_500usize)
+            .filter(|k| {
+                let key = if k % 97 == 96 {
+                    "key-0".to_owned()
+                } else {
+                    format!("key-{k}")
+                };
+                (k % 5 == 0 || k % 97 == 96) && !seen.insert((k % 3 == 0, key))
+            })
+            .count();
+        assert!(repeats > 10);
+        assert_eq!(
+            results_pipelined.iter().filter(|r| !r.inserted).count(),
+            repeats
+        );
+        assert_eq!(counters(&pipelined), counters(&serial));
+        let (left, right) = (stored(&pipelined), stored(&serial));
+        assert_eq!(left.len(), 1_500 - repeats);
+        for ((m1, o1), (m2, o2)) in left.iter().zip(&right) {
+            assert_eq!(m1, m2);
+            assert_eq!(o1, o2);
+            assert_eq!(
+                m1.token_count,
+                pipelined.counter().count_message(m1.role, &m1.parts)
+            );
+        }
+        // Sequence numbers run without gaps within each session, in append order.
+        for session in pipelined.sessions().unwrap() {
+            let seqs: Vec<u64> = pipelined
+                .session_messages(session.id, 0..u64::MAX)
+                .unwrap()
+                .iter()
+                .map(|m| m.seq)
+                .collect();
+            assert_eq!(seqs, (0..session.message_count).collect::<Vec<_>>());
+        }
+    }
+
+    /// A large batch that names a missing session fails as a whole: nothing of it is stored.
+    #[test]
+    fn a_pipelined_append_to_a_missing_session_stores_nothing() {
+        let store = Store::open_in_memory(options()).unwrap();
+        let session = store.create_session("a", None).unwrap();
+        store
+            .append(session, NewMessage::text(Role::User, "before"))
+            .unwrap();
+        let before = (stored(&store), store.sessions().unwrap());
+        let batch: Vec<(SessionId, NewMessage)> = (0..1_000)
+            .map(|k| {
+                let target = if k == 900 { SessionId(77) } else { session };
+                (target, varied_message(k))
+            })
+            .collect();
+        let err = store.append_mixed(batch).expect_err("missing session");
+        assert!(
+            matches!(err, StoreError::SessionNotFound(SessionId(77))),
+            "{err}"
+        );
+        assert_eq!((stored(&store), store.sessions().unwrap()), before);
+        assert_eq!(store.next_message_id().unwrap(), MessageId(1));
     }
 }
