@@ -42,7 +42,8 @@ use crate::trigram_tokens::DistinctTrigramTokenizer;
 const TRIGRAM_TOKENIZER: &str = "lcm_trigram";
 const WORDS_TOKENIZER: &str = "en_stem";
 /// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.
-const INDEX_FORMAT: u32 = 1;
+/// 2: trigrams holding ASCII whitespace are no longer indexed.
+const INDEX_FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Fields {
@@ -94,6 +95,10 @@ fn register_tokenizers(index: &Index) {
     // Each distinct lowercased trigram once: the terms of n-grams (3, 3) then a lowercaser.
     let trigram = TextAnalyzer::from(DistinctTrigramTokenizer::default());
     index.tokenizers().register(TRIGRAM_TOKENIZER, trigram);
+    // tantivy's own `en_stem` terms, with stems cached (the schema names `en_stem`).
+    index
+        .tokenizers()
+        .register(WORDS_TOKENIZER, crate::word_tokens::words_analyzer());
 }
 
 /// The payload written with every commit: format version and watermark.
@@ -613,6 +618,38 @@ mod tests {
             assert_eq!(page.hits.len(), 1, "{word}");
         }
         assert_eq!(index.num_docs(), 2);
+    }
+
+    /// An index written by another index format (here: version 1, which also indexed
+    /// trigrams holding whitespace) is discarded at open and rebuilt from the store by the next
+    /// catch-up; the rebuilt index finds everything and holds no whitespace trigram.
+    #[test]
+    fn an_index_of_an_older_format_is_rebuilt() {
+        let config = SearchConfig::default();
+        let (dir, store, index, session) = fixture(config.index_batch);
+        append(&store, session, 0, 20);
+        index.catch_up(&store, |_, _| {}).unwrap();
+        index.finish_merges().unwrap();
+        {
+            let old = Index::open_in_dir(dir.path().join("index")).unwrap();
+            let mut writer: IndexWriter = old.writer_with_num_threads(1, 15_000_000).unwrap();
+            let mut commit = writer.prepare_commit().unwrap();
+            commit.set_payload("lcm-index v1 watermark 20");
+            commit.commit().unwrap();
+        }
+        drop(index);
+        let index = SearchIndex::open(dir.path().join("index"), &store, &config).unwrap();
+        assert_eq!(index.watermark(), MessageId(0), "discarded");
+        assert_eq!(index.num_docs(), 0);
+        assert_eq!(store.index_watermark().unwrap(), MessageId(0));
+        assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 20);
+        assert_indexed_once(&store, &index, 20);
+        let searcher = index.reader.searcher();
+        // "message number0 here": every window with a space is left out.
+        for (gram, held) in [("ber", true), ("sag", true), ("e n", false), (" nu", false)] {
+            let term = Term::from_field_text(index.fields.trigrams, gram);
+            assert_eq!(searcher.doc_freq(&term).unwrap() > 0, held, "{gram:?}");
+        }
     }
 
     /// A store, an index over it with commits every `index_batch` messages, and a session.

@@ -31,6 +31,7 @@ pub mod tables;
 pub mod trigram;
 pub mod trigram_tokens;
 mod view;
+pub mod word_tokens;
 
 pub use dag::ApplyOutcome;
 pub use data_dir::DataDir;

@@ -10,6 +10,12 @@
 //! Case: the index lowercases each trigram character by character (tantivy's `LowerCaser`), and
 //! so does this module. A character whose lowercase is not exactly one character (`İ`) is treated
 //! as unknown, never as a literal, so both sides always agree on what a trigram is.
+//!
+//! Whitespace: trigrams that hold an ASCII whitespace character are not indexed
+//! ([`is_indexed`]). They were a third of the distinct trigrams of real transcripts (every word
+//! boundary makes two) and carry little: the words around them have trigrams of their own. The
+//! planner leaves them out of its queries, so a literal such as `a b` constrains nothing and is
+//! scanned for.
 
 use std::collections::BTreeSet;
 
@@ -297,10 +303,32 @@ fn query_of_set(set: &BTreeSet<String>) -> TrigramQuery {
     TrigramQuery::or(alternatives)
 }
 
-/// The character trigrams of an already lowercased string.
+/// The indexed character trigrams of an already lowercased string (see [`is_indexed`]).
 pub fn trigrams(s: &str) -> Vec<String> {
     let chars: Vec<char> = s.chars().collect();
-    chars.windows(3).map(|w| w.iter().collect()).collect()
+    chars
+        .windows(3)
+        .filter(|w| w.iter().all(|c| !is_ascii_whitespace_char(*c)))
+        .map(|w| w.iter().collect())
+        .collect()
+}
+
+/// Whether the index holds this (lowercased) trigram: only if none of its characters is ASCII
+/// whitespace (space, tab, line feed, vertical tab, form feed, carriage return: the ASCII
+/// members of `\s`). The index's tokenizer and the planner both decide with this.
+pub fn is_indexed(gram: &str) -> bool {
+    !gram.bytes().any(is_ascii_whitespace_byte)
+}
+
+/// ASCII whitespace as the index understands it (`u8::is_ascii_whitespace` leaves out the
+/// vertical tab, which `\s` includes).
+#[inline]
+pub(crate) fn is_ascii_whitespace_byte(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+fn is_ascii_whitespace_char(c: char) -> bool {
+    c.is_ascii() && is_ascii_whitespace_byte(c as u8)
 }
 
 #[cfg(test)]
@@ -359,6 +387,19 @@ mod tests {
         let g = grams(&q);
         assert!(g.contains("err") && g.contains("out"), "{q:?}");
         assert!(matches!(q, TrigramQuery::And(_)));
+    }
+
+    #[test]
+    fn trigrams_with_whitespace_are_left_out() {
+        assert_eq!(
+            grams(&plan_pattern("foo bar").unwrap()),
+            BTreeSet::from(["foo".to_owned(), "bar".to_owned()])
+        );
+        for p in ["a b", "ab\tcd", "x\ny z"] {
+            assert!(plan_pattern(p).unwrap().is_all(), "{p}");
+        }
+        assert!(is_indexed("a_b") && is_indexed("é\u{a0}x"));
+        assert!(!is_indexed("a b") && !is_indexed("\u{b}ab") && !is_indexed("ab\r"));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The index side of the trigram scheme of [`crate::trigram`]: a tantivy tokenizer that yields
-//! each distinct lowercased character trigram of a text once.
+//! each distinct lowercased character trigram of a text once, except those holding ASCII
+//! whitespace ([`crate::trigram::is_indexed`]).
 //!
 //! Its terms are exactly those of tantivy's `NgramTokenizer::new(3, 3, false)` followed by
 //! `LowerCaser` (every window of three characters, each character lowercased on its own, as the
-//! query planner assumes), but each only once. The trigram field records which messages hold a
+//! query planner assumes) that [`crate::trigram::is_indexed`] keeps, but each only once. The trigram field records which messages hold a
 //! term, with no frequencies or positions, so the repeats carried nothing and were most of the
 //! indexing time: a 100 KB tool output has 100,000 windows and typically a few thousand distinct
 //! trigrams.
@@ -11,15 +12,24 @@
 use rustc_hash::FxHashSet;
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
 
+use crate::trigram::is_ascii_whitespace_byte;
+
 /// Buffers that grew beyond this many entries are dropped after a text, so that one huge message
 /// does not pin their memory in every indexing thread.
 const KEEP_CAPACITY: usize = 1 << 16;
+/// Trigrams of three 7-bit characters.
+const ASCII_TRIGRAMS: usize = 1 << 21;
 
 /// Yields the distinct lowercased character trigrams of a text, in order of first appearance.
 #[derive(Clone, Default)]
 pub struct DistinctTrigramTokenizer {
-    /// Trigrams seen in the current text whose characters each lowercase to one character,
-    /// packed as three 21-bit code points (three bytes for ASCII text).
+    /// Trigrams of three ASCII characters seen in the current text, as bits of a 2^21-bit set
+    /// indexed by the three lowercased 7-bit characters (allocated at first use: 256 KiB).
+    seen_ascii: Vec<u64>,
+    /// The bits set in `seen_ascii`, to clear them after the text.
+    ascii_set: Vec<u32>,
+    /// The other trigrams seen in the current text whose characters each lowercase to one
+    /// character, packed as three 21-bit code points.
     seen: FxHashSet<u64>,
     /// The other trigrams seen (a character such as `İ` lowercases to two), as text. They have
     /// more than three characters, so they never equal a packed one.
@@ -47,6 +57,15 @@ impl Tokenizer for DistinctTrigramTokenizer {
 impl DistinctTrigramTokenizer {
     /// Fills `windows` with the first window of each distinct trigram of `text`.
     fn collect(&mut self, text: &str) {
+        for bit in self.ascii_set.drain(..) {
+            self.seen_ascii[(bit / 64) as usize] &= !(1 << (bit % 64));
+        }
+        if self.ascii_set.capacity() > KEEP_CAPACITY {
+            self.ascii_set = Vec::new();
+        }
+        if self.seen_ascii.is_empty() {
+            self.seen_ascii = vec![0; ASCII_TRIGRAMS / 64];
+        }
         reset(&mut self.seen);
         reset(&mut self.seen_long);
         if self.windows.capacity() > KEEP_CAPACITY {
@@ -56,10 +75,15 @@ impl DistinctTrigramTokenizer {
         }
         if text.is_ascii() {
             for (i, w) in text.as_bytes().windows(3).enumerate() {
-                let key = u64::from(w[0].to_ascii_lowercase()) << 16
-                    | u64::from(w[1].to_ascii_lowercase()) << 8
-                    | u64::from(w[2].to_ascii_lowercase());
-                if self.seen.insert(key) {
+                if w.iter().any(|b| is_ascii_whitespace_byte(*b)) {
+                    continue;
+                }
+                let (a, b, c) = (
+                    w[0].to_ascii_lowercase(),
+                    w[1].to_ascii_lowercase(),
+                    w[2].to_ascii_lowercase(),
+                );
+                if self.insert_ascii(a, b, c) {
                     self.windows.push((i, i + 3));
                 }
             }
@@ -72,7 +96,17 @@ impl DistinctTrigramTokenizer {
             if n >= 2 {
                 let from = before[0].0;
                 let to = offset + c.len_utf8();
+                if text.as_bytes()[from..to]
+                    .iter()
+                    .any(|b| is_ascii_whitespace_byte(*b))
+                {
+                    before = [before[1], (offset, lower)];
+                    continue;
+                }
                 let new = match (before[0].1, before[1].1, lower) {
+                    (Some(a), Some(b), Some(c)) if a.is_ascii() && b.is_ascii() && c.is_ascii() => {
+                        self.insert_ascii(a as u8, b as u8, c as u8)
+                    }
                     (Some(a), Some(b), Some(c)) => self
                         .seen
                         .insert(u64::from(a) << 42 | u64::from(b) << 21 | u64::from(c)),
@@ -88,6 +122,18 @@ impl DistinctTrigramTokenizer {
             }
             before = [before[1], (offset, lower)];
         }
+    }
+
+    /// Records the trigram of three lowercased ASCII bytes; whether it is new in this text.
+    fn insert_ascii(&mut self, a: u8, b: u8, c: u8) -> bool {
+        let bit = u32::from(a) << 14 | u32::from(b) << 7 | u32::from(c);
+        let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+        if self.seen_ascii[word] & mask != 0 {
+            return false;
+        }
+        self.seen_ascii[word] |= mask;
+        self.ascii_set.push(bit);
+        true
     }
 }
 
@@ -135,11 +181,12 @@ impl TokenStream for DistinctTrigramStream<'_> {
         self.token.offset_to = to;
         self.token.position = 0;
         self.token.text.clear();
-        if self.ascii {
-            self.token.text.push_str(&self.text[from..to]);
+        let window = &self.text[from..to];
+        if self.ascii || window.is_ascii() {
+            self.token.text.push_str(window);
             self.token.text.make_ascii_lowercase();
         } else {
-            push_lowercase(&mut self.token.text, &self.text[from..to]);
+            push_lowercase(&mut self.token.text, window);
         }
         true
     }
@@ -178,7 +225,9 @@ mod tests {
         let mut stream = analyzer.token_stream(text);
         let mut out = Vec::new();
         while stream.advance() {
-            out.push(stream.token().text.clone());
+            if crate::trigram::is_indexed(&stream.token().text) {
+                out.push(stream.token().text.clone());
+            }
         }
         out
     }
@@ -204,7 +253,9 @@ mod tests {
         assert_eq!(distinct("abcABCabc"), ["abc", "bca", "cab"]);
         assert_eq!(distinct("ab"), Vec::<String>::new());
         assert_eq!(distinct(""), Vec::<String>::new());
-        assert_eq!(distinct("ÀÉÎ àéî"), ["àéî", "éî ", "î à", " àé"]);
+        assert_eq!(distinct("ÀÉÎ àéî"), ["àéî"]);
+        assert_eq!(distinct("ab cd\tef\u{b}gh"), Vec::<String>::new());
+        assert_eq!(distinct("Abc abcd\nbcd"), ["abc", "bcd"]);
     }
 
     #[test]
@@ -216,6 +267,8 @@ mod tests {
             "ẞtraße",
             "ǅemal ǆ",
             "日本語のテキスト 🦀🦀🦀",
+            // The Kelvin sign lowercases to ASCII `k`: one term with the `kab` of ASCII text.
+            "\u{212A}ab kab KAB",
         ] {
             check(text);
         }
@@ -237,6 +290,7 @@ mod tests {
         }
         assert_eq!(n, 3);
         assert!(tokenizer.seen.capacity() <= KEEP_CAPACITY);
+        assert!(tokenizer.ascii_set.capacity() <= KEEP_CAPACITY);
         assert!(tokenizer.windows.capacity() <= KEEP_CAPACITY);
     }
 
@@ -259,7 +313,7 @@ mod tests {
         }
 
         #[test]
-        fn same_terms_on_ascii(text in "[a-cA-C _\\n]{0,60}") {
+        fn same_terms_on_ascii(text in "[a-cA-C _\\n\\t\\r\\x0b\\x0c]{0,60}") {
             check(&text);
         }
     }

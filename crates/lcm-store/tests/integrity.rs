@@ -1118,7 +1118,7 @@ fn check_index_repair(
 fn index_with_fewer_documents_than_its_watermark_says_is_reindexed() {
     let (dir, path) = indexed_fixture();
     // The index claims only 3 messages while it holds all 19 documents.
-    set_index_payload(&dir.path().join("index"), "lcm-index v1 watermark 3");
+    set_index_payload(&dir.path().join("index"), "lcm-index v2 watermark 3");
     check_index_repair(
         dir.path(),
         &path,
@@ -1131,7 +1131,7 @@ fn index_with_fewer_documents_than_its_watermark_says_is_reindexed() {
 #[test]
 fn index_watermark_beyond_the_end_is_reindexed() {
     let (dir, path) = indexed_fixture();
-    set_index_payload(&dir.path().join("index"), "lcm-index v1 watermark 1000");
+    set_index_payload(&dir.path().join("index"), "lcm-index v2 watermark 1000");
     check_index_repair(
         dir.path(),
         &path,
