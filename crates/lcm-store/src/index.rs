@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use lcm_core::config::SearchConfig;
 use lcm_core::ids::MessageId;
-use lcm_core::message::Message;
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::columnar::Column;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
@@ -33,16 +32,18 @@ use tantivy::{
     DocId, Index, IndexReader, IndexWriter, ReloadPolicy, SegmentReader, TantivyDocument, Term,
 };
 
+use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::grep::Scope;
 use crate::store::Store;
 use crate::trigram::TrigramQuery;
 use crate::trigram_tokens::DistinctTrigramTokenizer;
+use crate::view::MessageRecordView;
 
 const TRIGRAM_TOKENIZER: &str = "lcm_trigram";
 const WORDS_TOKENIZER: &str = "en_stem";
 /// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.
-/// 2: trigrams holding ASCII whitespace are no longer indexed.
+/// 2: trigrams holding ASCII whitespace are no longer indexed; no fieldnorms for trigrams.
 const INDEX_FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, Copy)]
@@ -75,7 +76,9 @@ fn schema() -> (Schema, Fields) {
         TextOptions::default().set_indexing_options(
             TextFieldIndexing::default()
                 .set_tokenizer(TRIGRAM_TOKENIZER)
-                .set_index_option(IndexRecordOption::Basic),
+                .set_index_option(IndexRecordOption::Basic)
+                // Never scored: no per-document token counts to keep.
+                .set_fieldnorms(false),
         ),
     );
     (
@@ -330,13 +333,18 @@ impl SearchIndex {
         ids: Range<u64>,
     ) -> Result<()> {
         let reader = store.reader()?;
+        let mut scratch = String::new();
         let mut failure = None;
-        let read = reader.for_each_message(MessageId(ids.start)..MessageId(ids.end), |m| {
-            if let Err(e) = writer.add_document(self.document(&m)) {
+        // Records are read through the borrowed view: the text is assembled once, nothing else
+        // of the message is decoded into owned values.
+        let read = reader.range_records(MessageId(ids.start)..MessageId(ids.end), |id, bytes| {
+            let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
+            let document = self.document(id, &view, &mut scratch);
+            if let Err(e) = writer.add_document(document) {
                 failure = Some(e);
-                return ControlFlow::Break(());
+                return Ok(ControlFlow::Break(()));
             }
-            ControlFlow::Continue(())
+            Ok(ControlFlow::Continue(()))
         });
         let failure = match (read, failure) {
             (Ok(()), None) => {
@@ -385,16 +393,21 @@ impl SearchIndex {
         self.catch_up(store, progress)
     }
 
-    fn document(&self, m: &Message) -> TantivyDocument {
+    fn document(
+        &self,
+        id: MessageId,
+        m: &MessageRecordView<'_>,
+        scratch: &mut String,
+    ) -> TantivyDocument {
         let f = &self.fields;
-        let text = m.search_text();
+        let text = m.search_text_in(scratch);
         let mut doc = TantivyDocument::default();
-        doc.add_u64(f.msg_id, m.id.0);
-        doc.add_u64(f.session, m.session.0);
+        doc.add_u64(f.msg_id, id.0);
+        doc.add_u64(f.session, m.session);
         doc.add_u64(f.role, m.role.code());
         doc.add_i64(f.created_at, m.created_at.0);
-        doc.add_text(f.words, &text);
-        doc.add_text(f.trigrams, &text);
+        doc.add_text(f.words, text);
+        doc.add_text(f.trigrams, text);
         doc
     }
 
