@@ -261,7 +261,7 @@ fn scan_parallel(
     ids: std::ops::Range<MessageId>,
     collector: &mut HitCollector<'_>,
 ) -> Result<()> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let threads = crate::cores::cores() as u64;
     let mut from = ids.start.0;
     while from < ids.end.0 && !collector.full() {
         let to = (from + SCAN_WINDOW).min(ids.end.0);

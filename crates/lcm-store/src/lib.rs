@@ -17,6 +17,7 @@
 //! without touching the engine.
 
 pub mod codec;
+mod cores;
 pub mod dag;
 pub mod data_dir;
 mod db;

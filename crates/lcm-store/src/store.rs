@@ -464,8 +464,8 @@ impl Store {
             return Ok(Vec::new());
         }
         validate_batch(&messages)?;
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if threads < 2 || messages.len() < PIPELINE_MIN_BATCH {
+        let threads = crate::cores::cores();
+        if threads < 2 || messages.len() < PARALLEL_MIN_BATCH {
             let counter = self.counter;
             let total = messages.len();
             return self.write_append(total, |tables| {
@@ -546,8 +546,8 @@ impl Store {
         let counter = self.counter;
         let prepare_one =
             move |(session, m): (SessionId, NewMessage)| prepare_message(counter, session, m);
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if threads < 2 || messages.len() < 256 {
+        let threads = crate::cores::cores();
+        if threads < 2 || messages.len() < PARALLEL_MIN_BATCH {
             return messages.into_iter().map(prepare_one).collect();
         }
         let chunk = messages.len().div_ceil(threads);
@@ -885,8 +885,9 @@ fn prepare_message(counter: TokenCounter, session: SessionId, m: NewMessage) -> 
     }
 }
 
-/// Batches of at least this many messages are appended through a [`PreparePipeline`].
-const PIPELINE_MIN_BATCH: usize = 256;
+/// Batches of at least this many messages are prepared on several threads: through a
+/// [`PreparePipeline`] by an append, on every core by [`Store::prepare_append`].
+const PARALLEL_MIN_BATCH: usize = 256;
 /// Messages per chunk of a [`PreparePipeline`]: small enough that the writing thread starts
 /// inserting soon, large enough that handing chunks over costs nothing measurable.
 const PIPELINE_CHUNK: usize = 64;
@@ -1390,7 +1391,7 @@ mod tests {
             batches.push(batch);
         }
         let big = batches.remove(0);
-        assert!(big.len() >= PIPELINE_MIN_BATCH && big.len() > 10 * PIPELINE_CHUNK);
+        assert!(big.len() >= PARALLEL_MIN_BATCH && big.len() > 10 * PIPELINE_CHUNK);
         let results_pipelined = pipelined.append_mixed(big).unwrap();
         let mut results_serial = Vec::new();
         for chunk in batches.remove(0).chunks(100) {
