@@ -477,21 +477,13 @@ impl Store {
         }
         let total = messages.len();
         let pipeline = PreparePipeline::new(messages, self.counter);
-        std::thread::scope(|scope| {
-            for _ in 1..threads {
-                scope.spawn(|| pipeline.help());
-            }
-            let written = self.write_append(total, |tables| {
-                for chunk in 0..pipeline.chunks() {
-                    for p in pipeline.take(chunk) {
-                        tables.add(p)?;
-                    }
+        self.write_append(total, |tables| {
+            pipeline.run(threads, |chunk| {
+                for p in chunk {
+                    tables.add(p)?;
                 }
                 Ok(())
-            });
-            // On an error the helpers stop after the chunk they are preparing.
-            pipeline.stop();
-            written
+            })
         })
     }
 
@@ -544,37 +536,22 @@ impl Store {
     /// prepared on every core: tokenising and encoding are most of the cost of ingest.
     fn prepare(&self, messages: Vec<(SessionId, NewMessage)>) -> Vec<Prepared> {
         let counter = self.counter;
-        let prepare_one =
-            move |(session, m): (SessionId, NewMessage)| prepare_message(counter, session, m);
         let threads = crate::cores::cores();
         if threads < 2 || messages.len() < PARALLEL_MIN_BATCH {
-            return messages.into_iter().map(prepare_one).collect();
-        }
-        let chunk = messages.len().div_ceil(threads);
-        let mut chunks: Vec<Vec<(SessionId, NewMessage)>> = Vec::with_capacity(threads);
-        let mut iter = messages.into_iter();
-        loop {
-            let part: Vec<_> = iter.by_ref().take(chunk).collect();
-            if part.is_empty() {
-                break;
-            }
-            chunks.push(part);
-        }
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = chunks
+            return messages
                 .into_iter()
-                .map(|part| {
-                    scope.spawn(move || part.into_iter().map(prepare_one).collect::<Vec<_>>())
-                })
+                .map(|(session, m)| prepare_message(counter, session, m))
                 .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| match h.join() {
-                    Ok(v) => v,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                })
-                .collect()
-        })
+        }
+        let mut prepared = Vec::with_capacity(messages.len());
+        let collected = PreparePipeline::new(messages, counter).run(threads, |chunk| {
+            prepared.extend(chunk);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        match collected {
+            Ok(()) => prepared,
+            Err(never) => match never {},
+        }
     }
 
     // ---------------------------------------------------------------- reads
@@ -893,7 +870,7 @@ const PARALLEL_MIN_BATCH: usize = 256;
 const PIPELINE_CHUNK: usize = 64;
 
 /// The messages of one large append, cut into chunks that any thread may prepare
-/// ([`prepare_message`]) and that the writing thread takes in order. Helper threads prepare
+/// ([`prepare_message`]) and that the writing thread takes in order ([`PreparePipeline::run`]). Helper threads prepare
 /// chunks ahead; the writing thread inserts the chunks that are ready and, when the next one is
 /// not, prepares a chunk itself instead of waiting. Counting and inserting so overlap on
 /// different cores.
@@ -1022,6 +999,31 @@ impl PreparePipeline {
 
     fn stop(&self) {
         self.lock().stopped = true;
+    }
+
+    /// Prepares every chunk on this thread and up to `threads - 1` helpers, handing the chunks
+    /// to `consume` in order on this thread. An error from `consume` ends the run (helpers stop
+    /// after the chunk they are preparing). If the system refuses a helper thread, this thread
+    /// prepares the chunks that no helper takes.
+    fn run<E>(
+        &self,
+        threads: usize,
+        mut consume: impl FnMut(Vec<Prepared>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        std::thread::scope(|scope| {
+            for _ in 1..threads {
+                let helper = std::thread::Builder::new()
+                    .name("lcm-prepare".into())
+                    .spawn_scoped(scope, || self.help());
+                if let Err(e) = helper {
+                    tracing::warn!(error = %e, "no helper thread to prepare an append; preparing it on one thread");
+                    break;
+                }
+            }
+            let consumed = (0..self.chunks()).try_for_each(|chunk| consume(self.take(chunk)));
+            self.stop();
+            consumed
+        })
     }
 }
 
@@ -1374,8 +1376,10 @@ mod tests {
     fn a_pipelined_append_stores_what_small_appends_store() {
         let pipelined = Store::open_in_memory(options()).unwrap();
         let serial = Store::open_in_memory(options()).unwrap();
+        // What the runtime's group writer does: prepare (on every core), then commit.
+        let grouped = Store::open_in_memory(options()).unwrap();
         let mut batches = Vec::new();
-        for store in [&pipelined, &serial] {
+        for store in [&pipelined, &serial, &grouped] {
             let a = store.create_session("a", None).unwrap();
             let b = store.create_session("b", None).unwrap();
             let batch: Vec<(SessionId, NewMessage)> = (0..1_500)
@@ -1398,6 +1402,11 @@ mod tests {
             results_serial.extend(serial.append_mixed(chunk.to_vec()).unwrap());
         }
         assert_eq!(results_pipelined, results_serial);
+        let prepared = grouped.prepare_append(batches.remove(0)).unwrap();
+        assert_eq!(prepared.len(), 1_500);
+        let results_grouped = grouped.commit_prepared(vec![prepared]).unwrap();
+        assert_eq!(results_grouped, vec![results_serial.clone()]);
+        assert_eq!(stored(&grouped), stored(&serial));
         // Worked out independently: a key repeats if its session already has it.
         let mut seen = std::collections::HashSet::new();
         let repeats = (0..1_500usize)
