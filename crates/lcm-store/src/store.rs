@@ -870,10 +870,10 @@ const PARALLEL_MIN_BATCH: usize = 256;
 const PIPELINE_CHUNK: usize = 64;
 
 /// The messages of one large append, cut into chunks that any thread may prepare
-/// ([`prepare_message`]) and that the writing thread takes in order ([`PreparePipeline::run`]). Helper threads prepare
-/// chunks ahead; the writing thread inserts the chunks that are ready and, when the next one is
-/// not, prepares a chunk itself instead of waiting. Counting and inserting so overlap on
-/// different cores.
+/// ([`prepare_message`]) and that the writing thread takes in order ([`PreparePipeline::run`]).
+/// Helper threads prepare chunks ahead; the writing thread inserts the chunks that are ready
+/// and, when the next one is not, prepares a chunk itself instead of waiting. Counting and
+/// inserting so overlap on different cores.
 struct PreparePipeline {
     counter: TokenCounter,
     state: std::sync::Mutex<PipelineState>,
