@@ -1,6 +1,6 @@
 //! The index side of the trigram scheme of [`crate::trigram`]: a tantivy tokenizer that yields
-//! each distinct lowercased character trigram of a text once, except those holding ASCII
-//! whitespace ([`crate::trigram::is_indexed`]).
+//! each distinct lowercased character trigram of a text once, except those that start or end
+//! with ASCII whitespace ([`crate::trigram::is_indexed`]).
 //!
 //! Its terms are exactly those of tantivy's `NgramTokenizer::new(3, 3, false)` followed by
 //! `LowerCaser` (every window of three characters, each character lowercased on its own, as the
@@ -75,7 +75,7 @@ impl DistinctTrigramTokenizer {
         }
         if text.is_ascii() {
             for (i, w) in text.as_bytes().windows(3).enumerate() {
-                if w.iter().any(|b| is_ascii_whitespace_byte(*b)) {
+                if is_ascii_whitespace_byte(w[0]) || is_ascii_whitespace_byte(w[2]) {
                     continue;
                 }
                 let (a, b, c) = (
@@ -96,9 +96,10 @@ impl DistinctTrigramTokenizer {
             if n >= 2 {
                 let from = before[0].0;
                 let to = offset + c.len_utf8();
-                if text.as_bytes()[from..to]
-                    .iter()
-                    .any(|b| is_ascii_whitespace_byte(*b))
+                // A window's first byte starts its first character and its last byte ends its
+                // last one: ASCII whitespace there is the character itself.
+                let bytes = text.as_bytes();
+                if is_ascii_whitespace_byte(bytes[from]) || is_ascii_whitespace_byte(bytes[to - 1])
                 {
                     before = [before[1], (offset, lower)];
                     continue;
@@ -253,9 +254,10 @@ mod tests {
         assert_eq!(distinct("abcABCabc"), ["abc", "bca", "cab"]);
         assert_eq!(distinct("ab"), Vec::<String>::new());
         assert_eq!(distinct(""), Vec::<String>::new());
-        assert_eq!(distinct("ÀÉÎ àéî"), ["àéî"]);
-        assert_eq!(distinct("ab cd\tef\u{b}gh"), Vec::<String>::new());
-        assert_eq!(distinct("Abc abcd\nbcd"), ["abc", "bcd"]);
+        assert_eq!(distinct("ÀÉÎ àéî"), ["àéî", "î à"]);
+        assert_eq!(distinct("ab cd\tef\u{b}gh"), ["b c", "d\te", "f\u{b}g"]);
+        assert_eq!(distinct("Abc abcd\nbcd"), ["abc", "c a", "bcd", "d\nb"]);
+        assert_eq!(distinct("x    y"), Vec::<String>::new());
     }
 
     #[test]
