@@ -464,18 +464,16 @@ impl Store {
             return Ok(Vec::new());
         }
         validate_batch(&messages)?;
-        let threads = crate::cores::cores();
-        if threads < 2 || messages.len() < PARALLEL_MIN_BATCH {
+        let total = messages.len();
+        let Some(threads) = parallel_threads(total) else {
             let counter = self.counter;
-            let total = messages.len();
             return self.write_append(total, |tables| {
                 for (session, m) in messages {
                     tables.add(prepare_message(counter, session, m))?;
                 }
                 Ok(())
             });
-        }
-        let total = messages.len();
+        };
         let pipeline = PreparePipeline::new(messages, self.counter);
         self.write_append(total, |tables| {
             pipeline.run(threads, |chunk| {
@@ -536,13 +534,12 @@ impl Store {
     /// prepared on every core: tokenising and encoding are most of the cost of ingest.
     fn prepare(&self, messages: Vec<(SessionId, NewMessage)>) -> Vec<Prepared> {
         let counter = self.counter;
-        let threads = crate::cores::cores();
-        if threads < 2 || messages.len() < PARALLEL_MIN_BATCH {
+        let Some(threads) = parallel_threads(messages.len()) else {
             return messages
                 .into_iter()
                 .map(|(session, m)| prepare_message(counter, session, m))
                 .collect();
-        }
+        };
         let mut prepared = Vec::with_capacity(messages.len());
         let collected = PreparePipeline::new(messages, counter).run(threads, |chunk| {
             prepared.extend(chunk);
@@ -865,6 +862,13 @@ fn prepare_message(counter: TokenCounter, session: SessionId, m: NewMessage) -> 
 /// Batches of at least this many messages are prepared on several threads: through a
 /// [`PreparePipeline`] by an append, on every core by [`Store::prepare_append`].
 const PARALLEL_MIN_BATCH: usize = 256;
+/// The threads to prepare a batch of `len` messages on, or `None` to prepare it on the calling
+/// thread alone (a small batch, or a single core).
+fn parallel_threads(len: usize) -> Option<usize> {
+    let threads = crate::cores::cores();
+    (threads >= 2 && len >= PARALLEL_MIN_BATCH).then_some(threads)
+}
+
 /// Messages per chunk of a [`PreparePipeline`]: small enough that the writing thread starts
 /// inserting soon, large enough that handing chunks over costs nothing measurable.
 const PIPELINE_CHUNK: usize = 64;

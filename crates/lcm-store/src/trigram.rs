@@ -309,8 +309,8 @@ pub fn trigrams(s: &str) -> Vec<String> {
     let chars: Vec<char> = s.chars().collect();
     chars
         .windows(3)
-        .filter(|w| !is_ascii_whitespace_char(w[0]) && !is_ascii_whitespace_char(w[2]))
-        .map(|w| w.iter().collect())
+        .map(|w| w.iter().collect::<String>())
+        .filter(|gram| is_indexed(gram))
         .collect()
 }
 
@@ -318,20 +318,16 @@ pub fn trigrams(s: &str) -> Vec<String> {
 /// ASCII whitespace (space, tab, line feed, vertical tab, form feed, carriage return: the ASCII
 /// members of `\s`). The index's tokenizer and the planner both decide with this.
 pub fn is_indexed(gram: &str) -> bool {
-    let bytes = gram.as_bytes();
-    !(bytes.first().is_some_and(|b| is_ascii_whitespace_byte(*b))
-        || bytes.last().is_some_and(|b| is_ascii_whitespace_byte(*b)))
+    is_indexed_bytes(gram.as_bytes())
 }
 
-/// ASCII whitespace as the index understands it (`u8::is_ascii_whitespace` leaves out the
-/// vertical tab, which `\s` includes).
+/// [`is_indexed`] on the bytes of a trigram's window. A window's first byte starts its first
+/// character and its last byte ends its last one, so ASCII whitespace there is the character
+/// itself (`u8::is_ascii_whitespace` would leave out the vertical tab, which `\s` includes).
 #[inline]
-pub(crate) fn is_ascii_whitespace_byte(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
-}
-
-fn is_ascii_whitespace_char(c: char) -> bool {
-    c.is_ascii() && is_ascii_whitespace_byte(c as u8)
+pub(crate) fn is_indexed_bytes(window: &[u8]) -> bool {
+    let whitespace = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    !(window.first().is_some_and(whitespace) || window.last().is_some_and(whitespace))
 }
 
 #[cfg(test)]

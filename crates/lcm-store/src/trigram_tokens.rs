@@ -4,15 +4,15 @@
 //!
 //! Its terms are exactly those of tantivy's `NgramTokenizer::new(3, 3, false)` followed by
 //! `LowerCaser` (every window of three characters, each character lowercased on its own, as the
-//! query planner assumes) that [`crate::trigram::is_indexed`] keeps, but each only once. The trigram field records which messages hold a
-//! term, with no frequencies or positions, so the repeats carried nothing and were most of the
-//! indexing time: a 100 KB tool output has 100,000 windows and typically a few thousand distinct
-//! trigrams.
+//! query planner assumes) that [`crate::trigram::is_indexed`] keeps, but each only once. The
+//! trigram field records which messages hold a term, with no frequencies or positions, so the
+//! repeats carried nothing and were most of the indexing time: a 100 KB tool output has 100,000
+//! windows and typically a few thousand distinct trigrams.
 
 use rustc_hash::FxHashSet;
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
 
-use crate::trigram::is_ascii_whitespace_byte;
+use crate::trigram::is_indexed_bytes;
 
 /// Buffers that grew beyond this many entries are dropped after a text, so that one huge message
 /// does not pin their memory in every indexing thread.
@@ -75,7 +75,7 @@ impl DistinctTrigramTokenizer {
         }
         if text.is_ascii() {
             for (i, w) in text.as_bytes().windows(3).enumerate() {
-                if is_ascii_whitespace_byte(w[0]) || is_ascii_whitespace_byte(w[2]) {
+                if !is_indexed_bytes(w) {
                     continue;
                 }
                 let (a, b, c) = (
@@ -96,11 +96,7 @@ impl DistinctTrigramTokenizer {
             if n >= 2 {
                 let from = before[0].0;
                 let to = offset + c.len_utf8();
-                // A window's first byte starts its first character and its last byte ends its
-                // last one: ASCII whitespace there is the character itself.
-                let bytes = text.as_bytes();
-                if is_ascii_whitespace_byte(bytes[from]) || is_ascii_whitespace_byte(bytes[to - 1])
-                {
+                if !is_indexed_bytes(&text.as_bytes()[from..to]) {
                     before = [before[1], (offset, lower)];
                     continue;
                 }
