@@ -42,12 +42,15 @@ impl DataDir {
     /// Opens the data directory for reading: neither the store nor the index is written, not
     /// even on open or close, so a one-shot reader (`lcm grep`) pays no fsync. Writes through it
     /// return [`StoreError::ReadOnly`]. Falls back to [`Self::open`] when the store does not
-    /// exist yet or was not closed cleanly (only a writable open recovers it).
+    /// exist yet, was not closed cleanly (only a writable open recovers it) or has the layout of
+    /// an older lcm (only a writable open migrates it).
     pub fn open_read_only(path: impl AsRef<Path>, config: &Config) -> Result<DataDir> {
         let path = path.as_ref().to_path_buf();
         let store = match Store::open_read_only(path.join(STORE_FILE), store_options(config)) {
             Ok(store) => store,
-            Err(StoreError::NeedsRecovery(_)) => return Self::open(path, config),
+            Err(StoreError::NeedsRecovery(_) | StoreError::OlderSchema { .. }) => {
+                return Self::open(path, config);
+            }
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 return Self::open(path, config);
             }
@@ -66,5 +69,44 @@ impl DataDir {
 fn store_options(config: &Config) -> StoreOptions {
     StoreOptions {
         counter: TokenCounter::new(config.tokenizer.encoding()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lcm_core::message::{NewMessage, Role};
+
+    /// A one-shot reader (`lcm grep`, `lcm show`) on a store of schema 1 opens it writable once,
+    /// which migrates it, instead of failing.
+    #[test]
+    fn a_read_only_open_of_a_schema_1_store_migrates_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default();
+        let (session, id) = {
+            let data = DataDir::open(dir.path(), &config).unwrap();
+            let session = data.store.create_session("s", None).unwrap();
+            let id = data
+                .store
+                .append(
+                    session,
+                    NewMessage::text(Role::User, "kept across the migration"),
+                )
+                .unwrap()
+                .id;
+            (session, id)
+        };
+        assert_eq!(
+            crate::session_runs::rewrite_as_v1(&dir.path().join(STORE_FILE)),
+            1
+        );
+        let data = DataDir::open_read_only(dir.path(), &config).unwrap();
+        assert!(!data.store.is_read_only(), "opened writable to migrate");
+        let messages = data.store.session_messages(session, 0..1).unwrap();
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].id, id);
+        drop(data);
+        let data = DataDir::open_read_only(dir.path(), &config).unwrap();
+        assert!(data.store.is_read_only(), "migrated: read-only from now on");
     }
 }

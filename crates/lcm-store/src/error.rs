@@ -28,9 +28,18 @@ pub enum StoreError {
     #[error("map job: {0}")]
     InvalidJob(String),
     #[error(
-        "the database was written by a newer lcm (record schema {found}, this build reads up to {supported}): upgrade lcm"
+        "the database was written by a newer lcm (schema {found}, this build reads up to {supported}): upgrade lcm"
     )]
     NewerSchema { found: u32, supported: u32 },
+    /// A read-only open of a store of an older layout: only a writable open migrates it.
+    #[error(
+        "the store {path} has the layout of an older lcm (schema {found}); a writable open upgrades it to schema {current} (any command that writes, such as `lcm import` or `lcm serve`)"
+    )]
+    OlderSchema {
+        path: String,
+        found: u64,
+        current: u64,
+    },
     /// A write through a store opened with [`Store::open_read_only`](crate::Store::open_read_only).
     #[error("the store is open read-only; open it writable to change it")]
     ReadOnly,

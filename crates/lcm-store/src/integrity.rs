@@ -9,10 +9,10 @@
 //! - **sessions**: records decode, their key maps back to them in `session_keys`, their parent
 //!   exists, and their counters (message count, token total, first and last message times) match
 //!   their messages;
-//! - **messages**: `session_messages` of each session runs over sequence numbers 0, 1, 2, ...
-//!   each pointing at an existing message of that session with that sequence number; every
-//!   message below `next_message` exists and is reachable from its session; originals and
-//!   source keys agree with the records;
+//! - **messages**: the runs of each session (`session_runs`) tile its sequence numbers 0, 1,
+//!   2, ... without a gap or an overlap, each entry reaching an existing message of that session
+//!   with that sequence number; every message below `next_message` exists and is reachable
+//!   from its session; originals and source keys agree with the records;
 //! - **summary DAG**: every summary is listed under its session, has sources (ordinals 0..n),
 //!   the right kind of sources (messages for a leaf, summaries for a condensed summary), all of
 //!   its own session, contiguous and in order; its derived fields (sequence range, time range,
@@ -54,6 +54,7 @@ use crate::codec;
 use crate::dag::SummaryRecord;
 use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
+use crate::session_runs;
 use crate::store::{SessionRecord, Store};
 use crate::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
 use crate::view::MessageRecordView;
@@ -146,11 +147,11 @@ pub enum ViolationKind {
     /// repair: messages are lost.
     MissingMessage,
     /// A message that its session's message list does not reach (its session does not exist,
-    /// or `session_messages` has another message or nothing at its place). No repair.
+    /// or its session's runs have another message or nothing at its place). No repair.
     OrphanMessage,
-    /// A `session_messages` entry that points at a message of another session or sequence
-    /// number, or that belongs to a session that does not exist (subject: the session). No
-    /// repair.
+    /// A `session_runs` entry that points at a message of another session or sequence number,
+    /// places two messages at one sequence number, is empty or reaches past the newest message,
+    /// or belongs to a session that does not exist (subject: the session). No repair.
     SessionIndexMismatch,
     /// A session's sequence numbers do not run 0, 1, 2, ... without a gap. No repair.
     SessionSeqGap,
@@ -498,7 +499,7 @@ struct Tables {
     session_keys: ReadOnlyTable<&'static str, u64>,
     messages: ReadOnlyTable<u64, &'static [u8]>,
     originals: ReadOnlyTable<u64, &'static [u8]>,
-    session_messages: ReadOnlyTable<(u64, u64), u64>,
+    session_runs: ReadOnlyTable<(u64, u64), (u64, u64)>,
     source_keys: ReadOnlyTable<(u64, &'static str), u64>,
     summaries: ReadOnlyTable<u64, &'static [u8]>,
     summary_sources: ReadOnlyTable<(u64, u32), (u8, u64)>,
@@ -513,8 +514,8 @@ struct Findings {
     violations: Vec<Violation>,
     omitted: u64,
     skipped: Vec<String>,
-    /// `session_messages` rows read by the session walk.
-    seen_session_messages: u64,
+    /// `session_runs` rows read by the session walk.
+    seen_session_runs: u64,
     /// Messages reached through their own (session, seq) entry.
     matched_messages: u64,
     /// Originals present for messages that say they have one.
@@ -636,7 +637,7 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
         session_keys: txn.open_table(tables::SESSION_KEYS)?,
         messages: txn.open_table(tables::MESSAGES)?,
         originals: txn.open_table(tables::ORIGINALS)?,
-        session_messages: txn.open_table(tables::SESSION_MESSAGES)?,
+        session_runs: txn.open_table(tables::SESSION_RUNS)?,
         source_keys: txn.open_table(tables::SOURCE_KEYS)?,
         summaries: txn.open_table(tables::SUMMARIES)?,
         summary_sources: txn.open_table(tables::SUMMARY_SOURCES)?,
@@ -679,12 +680,13 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
         "summary",
     )?;
 
+    let end = message_end(&t.meta, &t.messages)?;
     for entry in t.sessions.iter()? {
         let (id, bytes) = entry?;
         let id = id.value();
         let record: Option<SessionRecord> =
             f.decode(codec::decode("sessions", bytes.value()), SessionId(id))?;
-        check_session(&t, &mut f, id, record.as_ref())?;
+        check_session(&t, &mut f, id, record.as_ref(), end)?;
     }
 
     // Message ids run 0..next_message without a gap (the usual case: nothing to scan).
@@ -694,7 +696,6 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
 
     let mut counts = counts;
     let stored_watermark = meta_value(&t.meta, meta::INDEX_WATERMARK)?;
-    let end = message_end(&t.meta, &t.messages)?;
     drop(t);
     drop(txn);
     match index {
@@ -778,6 +779,7 @@ fn check_session(
     f: &mut Findings,
     session: u64,
     record: Option<&SessionRecord>,
+    end: u64,
 ) -> Result<()> {
     let sid = SessionId(session);
     if let Some(record) = record {
@@ -815,53 +817,94 @@ fn check_session(
         }
     }
 
-    let mut msgs = session_messages(t, f, session, record)?;
+    let mut msgs = session_messages(t, f, session, record, end)?;
     let mut sums = session_summaries(t, f, session)?;
     link_summaries(t, f, session, &mut msgs, &mut sums)?;
     check_cover_edges(t, f, &msgs, &sums)?;
     check_context(t, f, session, &msgs, &sums)
 }
 
-/// Walks `session_messages` of the session; checks each entry, the originals and source keys of
-/// its messages, and the session record's counters.
+/// Walks the message runs of the session; checks that they tile its sequence numbers, each
+/// message they reach, the originals and source keys of those messages, and the session
+/// record's counters. `end` is one past the newest message id (no run reaches past it).
 fn session_messages(
     t: &Tables,
     f: &mut Findings,
     session: u64,
     record: Option<&SessionRecord>,
+    end: u64,
 ) -> Result<SessionMessages> {
     let sid = SessionId(session);
     let mut list: Vec<MsgLite> = Vec::new();
     let mut sorted = true;
     let mut entries_ok = true;
     let mut expected_seq = 0u64;
-    for entry in t
-        .session_messages
-        .range((session, 0)..=(session, u64::MAX))?
-    {
-        let (key, value) = entry?;
-        let seq = key.value().1;
-        let id = value.value();
-        f.seen_session_messages += 1;
-        if seq != expected_seq {
+    for run in session_runs::runs(&t.session_runs, session)? {
+        let mut run = run?;
+        f.seen_session_runs += 1;
+        if run.len == 0 {
+            entries_ok = false;
+            f.push(
+                ViolationKind::SessionIndexMismatch,
+                sid,
+                format!(
+                    "its message list has an empty run at #{}: harmless alone, but not written by lcm; restore session_runs from a backup",
+                    run.first_seq
+                ),
+                None,
+            );
+            continue;
+        }
+        let reach = run.first_id.checked_add(run.len).filter(|&e| e <= end);
+        if reach.is_none() {
+            entries_ok = false;
+            f.push(
+                ViolationKind::SessionIndexMismatch,
+                sid,
+                format!(
+                    "its run at #{} claims {} messages from msg_{}, past the newest message (next id {end}); restore session_runs from a backup",
+                    run.first_seq, run.len, run.first_id
+                ),
+                None,
+            );
+            run.len = end.saturating_sub(run.first_id);
+        }
+        // Entries of this run already placed by an earlier run are not walked twice.
+        let mut skip = 0;
+        if run.first_seq < expected_seq {
+            entries_ok = false;
+            skip = (expected_seq - run.first_seq).min(run.len);
+            f.push(
+                ViolationKind::SessionIndexMismatch,
+                sid,
+                format!(
+                    "its message list places two messages at {}; restore session_runs from a backup",
+                    seq_span(run.first_seq, run.first_seq + skip)
+                ),
+                None,
+            );
+        } else if run.first_seq > expected_seq {
             if entries_ok {
                 f.push(
                     ViolationKind::SessionSeqGap,
                     sid,
                     format!(
-                        "its message list has no entry for {} (the next entry is #{seq}): those messages are unreachable; {RESTORE}",
-                        seq_span(expected_seq, seq)
+                        "its message list has no entry for {} (the next entry is #{}): those messages are unreachable; {RESTORE}",
+                        seq_span(expected_seq, run.first_seq),
+                        run.first_seq
                     ),
                     None,
                 );
             }
             entries_ok = false;
         }
-        expected_seq = seq.saturating_add(1);
-        let Some(bytes) = t.messages.get(id)? else {
-            entries_ok = false;
-            if f.reported_messages.insert(id) {
-                f.push(
+        expected_seq = expected_seq.max(run.end_seq());
+        for k in skip..run.len {
+            let (seq, id) = (run.first_seq + k, run.first_id + k);
+            let Some(bytes) = t.messages.get(id)? else {
+                entries_ok = false;
+                if f.reported_messages.insert(id) {
+                    f.push(
                     ViolationKind::MissingMessage,
                     MessageId(id),
                     format!(
@@ -869,62 +912,63 @@ fn session_messages(
                     ),
                     None,
                 );
-            }
-            continue;
-        };
-        let decoded = codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value());
-        let view = match decoded {
-            Ok(view) => view,
-            Err(e) => {
-                entries_ok = false;
-                if f.reported_messages.insert(id) {
-                    f.decode(Err::<(), _>(e), MessageId(id))?;
                 }
                 continue;
-            }
-        };
-        if view.session != session || view.seq != seq {
-            entries_ok = false;
-            f.push(
+            };
+            let decoded =
+                codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value());
+            let view = match decoded {
+                Ok(view) => view,
+                Err(e) => {
+                    entries_ok = false;
+                    if f.reported_messages.insert(id) {
+                        f.decode(Err::<(), _>(e), MessageId(id))?;
+                    }
+                    continue;
+                }
+            };
+            if view.session != session || view.seq != seq {
+                entries_ok = false;
+                f.push(
                 ViolationKind::SessionIndexMismatch,
                 sid,
                 format!(
-                    "its message #{seq} is msg_{id}, but msg_{id} is message #{} of ses_{}; restore session_messages from a backup",
+                    "its message #{seq} is msg_{id}, but msg_{id} is message #{} of ses_{}; restore session_runs from a backup",
                     view.seq, view.session
                 ),
                 None,
             );
-            continue;
-        }
-        f.matched_messages += 1;
-        let has_original = t.originals.get(id)?.is_some();
-        if has_original != view.has_original {
-            let detail = if view.has_original {
-                "its record says the host gave an original, but none is stored: it is lost"
-            } else {
-                "an original is stored although its record says the host gave none \
+                continue;
+            }
+            f.matched_messages += 1;
+            let has_original = t.originals.get(id)?.is_some();
+            if has_original != view.has_original {
+                let detail = if view.has_original {
+                    "its record says the host gave an original, but none is stored: it is lost"
+                } else {
+                    "an original is stored although its record says the host gave none \
                  (`lcm show` renders the record instead): harmless"
-            };
-            f.push(
-                ViolationKind::OriginalMismatch,
-                MessageId(id),
-                format!("{detail}; {RESTORE}"),
-                None,
-            );
-        } else if has_original {
-            f.verified_originals += 1;
-        }
-        if let Some(source_key) = view.source_key {
-            match t.source_keys.get((session, source_key))? {
-                Some(v) if v.value() == id => f.verified_source_keys += 1,
-                found => {
-                    let detail = match found {
-                        Some(v) => format!("maps to msg_{}", v.value()),
-                        None => "is missing from source_keys".to_owned(),
-                    };
-                    f.reported_source_keys
-                        .insert((session, source_key.to_owned()));
-                    f.push(
+                };
+                f.push(
+                    ViolationKind::OriginalMismatch,
+                    MessageId(id),
+                    format!("{detail}; {RESTORE}"),
+                    None,
+                );
+            } else if has_original {
+                f.verified_originals += 1;
+            }
+            if let Some(source_key) = view.source_key {
+                match t.source_keys.get((session, source_key))? {
+                    Some(v) if v.value() == id => f.verified_source_keys += 1,
+                    found => {
+                        let detail = match found {
+                            Some(v) => format!("maps to msg_{}", v.value()),
+                            None => "is missing from source_keys".to_owned(),
+                        };
+                        f.reported_source_keys
+                            .insert((session, source_key.to_owned()));
+                        f.push(
                         ViolationKind::SourceKeyMismatch,
                         MessageId(id),
                         format!(
@@ -932,19 +976,20 @@ fn session_messages(
                         ),
                         None,
                     );
+                    }
                 }
             }
+            if list.last().is_some_and(|last| last.id >= id) {
+                sorted = false;
+            }
+            list.push(MsgLite {
+                id,
+                seq,
+                at: view.created_at,
+                tokens: view.token_count,
+                parent: NO_PARENT,
+            });
         }
-        if list.last().is_some_and(|last| last.id >= id) {
-            sorted = false;
-        }
-        list.push(MsgLite {
-            id,
-            seq,
-            at: view.created_at,
-            tokens: view.token_count,
-            parent: NO_PARENT,
-        });
     }
 
     if let Some(record) = record
@@ -1551,10 +1596,10 @@ fn reconcile(
     next_message: u64,
     dense: bool,
 ) -> Result<()> {
-    // session_messages rows of sessions that do not exist.
-    if f.seen_session_messages != t.session_messages.len()? {
+    // session_runs rows of sessions that do not exist.
+    if f.seen_session_runs != t.session_runs.len()? {
         let mut stray: Option<(u64, u64)> = None;
-        for entry in t.session_messages.iter()? {
+        for entry in t.session_runs.iter()? {
             let (key, _) = entry?;
             let s = key.value().0;
             match &mut stray {
@@ -1609,10 +1654,8 @@ fn reconcile(
                     continue;
                 }
             };
-            let entry = t
-                .session_messages
-                .get((view.session, view.seq))?
-                .map(|v| v.value());
+            let entry = session_runs::run_at(&t.session_runs, view.session, view.seq)?
+                .map(|run| run.id_of(view.seq));
             if entry == Some(id) && t.sessions.get(view.session)?.is_some() {
                 continue;
             }
@@ -2100,28 +2143,30 @@ fn recompute_session_totals(store: &Store, session: SessionId) -> Step {
             Err(e) => return Err(e),
         };
         drop(bytes);
-        let index = txn.open_table(tables::SESSION_MESSAGES)?;
+        let index = txn.open_table(tables::SESSION_RUNS)?;
         let messages = txn.open_table(tables::MESSAGES)?;
         let (mut count, mut tokens, mut first, mut last) = (0u64, 0u64, None, None);
-        for entry in index.range((session.0, 0)..=(session.0, u64::MAX))? {
-            let (key, id) = entry?;
-            let (seq, id) = (key.value().1, id.value());
-            let view = messages.get(id)?.and_then(|bytes| {
-                codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value())
-                    .ok()
-                    .map(|v| (v.session, v.seq, v.created_at, v.token_count))
-            });
-            match view {
-                Some((s, q, at, t)) if s == session.0 && q == seq && seq == count => {
-                    count += 1;
-                    tokens += u64::from(t);
-                    first.get_or_insert(at);
-                    last = Some(at);
-                }
-                _ => {
-                    break 'r Err(format!(
-                        "message #{seq} of {session} is missing or misplaced: totals are left as recorded"
-                    ));
+        for run in session_runs::runs(&index, session.0)? {
+            let run = run?;
+            for k in 0..run.len {
+                let (seq, id) = (run.first_seq + k, run.first_id.saturating_add(k));
+                let view = messages.get(id)?.and_then(|bytes| {
+                    codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value())
+                        .ok()
+                        .map(|v| (v.session, v.seq, v.created_at, v.token_count))
+                });
+                match view {
+                    Some((s, q, at, t)) if s == session.0 && q == seq && seq == count => {
+                        count += 1;
+                        tokens += u64::from(t);
+                        first.get_or_insert(at);
+                        last = Some(at);
+                    }
+                    _ => {
+                        break 'r Err(format!(
+                            "message #{seq} of {session} is missing or misplaced: totals are left as recorded"
+                        ));
+                    }
                 }
             }
         }
@@ -2272,12 +2317,8 @@ fn rebuild_context(store: &Store, session: SessionId) -> Step {
             }
             raw_from = last.saturating_add(1);
         }
-        let count = txn
-            .open_table(tables::SESSION_MESSAGES)?
-            .range((session.0, 0)..=(session.0, u64::MAX))?
-            .next_back()
-            .transpose()?
-            .map_or(0, |(k, _)| k.value().1 + 1);
+        let count = session_runs::last_run(&txn.open_table(tables::SESSION_RUNS)?, session.0)?
+            .map_or(0, |run| run.end_seq());
         if raw_from > count {
             break 'r Err(format!(
                 "the summaries reach message #{raw_from}, past the session's {count} messages"

@@ -27,6 +27,7 @@ pub mod import;
 pub mod index;
 pub mod integrity;
 pub mod map_jobs;
+mod session_runs;
 pub mod store;
 pub mod tables;
 pub mod trigram;

@@ -19,9 +19,10 @@ use lcm_core::time::Timestamp;
 use lcm_core::tokens::TokenCounter;
 use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata, TableHandle};
 
-use crate::codec::{self, SCHEMA_VERSION};
+use crate::codec;
 use crate::db::Db;
 use crate::error::{Result, StoreError};
+use crate::session_runs::{self, RunWriter};
 use crate::tables::{self, meta};
 
 /// A message as stored (everything but its id, which is the key, and its original).
@@ -217,14 +218,24 @@ impl Store {
             Err(e) => return Err(e.into()),
         };
         let db = Db::ReadOnly(db);
-        if !Self::initialised(&db)? {
-            return Err(StoreError::Corrupt {
-                table: tables::META.name(),
-                detail: format!(
-                    "{} has no lcm schema version or lacks tables: not an initialised lcm store",
-                    path.display()
-                ),
-            });
+        match Self::layout(&db)? {
+            Layout::Current => {}
+            Layout::Older(found) => {
+                return Err(StoreError::OlderSchema {
+                    path: path.display().to_string(),
+                    found,
+                    current: tables::STORE_SCHEMA,
+                });
+            }
+            Layout::Uninitialised => {
+                return Err(StoreError::Corrupt {
+                    table: tables::META.name(),
+                    detail: format!(
+                        "{} has no lcm schema version or lacks tables: not an initialised lcm store",
+                        path.display()
+                    ),
+                });
+            }
         }
         Ok(Store {
             db,
@@ -270,7 +281,8 @@ impl Store {
         let db = Db::Writable(db);
         // Opening an initialised store reads only: a write transaction would cost an fsync on
         // every open.
-        if Self::initialised(&db)? {
+        let layout = Self::layout(&db)?;
+        if layout == Layout::Current {
             return Ok(Store {
                 db,
                 counter: options.counter,
@@ -280,25 +292,23 @@ impl Store {
         let txn = db.begin_write()?;
         {
             let mut meta_table = txn.open_table(tables::META)?;
-            let version = meta_table.get(meta::SCHEMA_VERSION)?.map(|v| v.value());
-            match version {
-                Some(v) if v > u64::from(SCHEMA_VERSION) => {
-                    return Err(StoreError::NewerSchema {
-                        found: u32::try_from(v).unwrap_or(u32::MAX),
-                        supported: u32::from(SCHEMA_VERSION),
-                    });
-                }
-                Some(_) => {}
-                None => {
-                    meta_table.insert(meta::SCHEMA_VERSION, u64::from(SCHEMA_VERSION))?;
-                }
+            if let Layout::Older(found) = layout {
+                let migrated = session_runs::migrate_from_v1(&txn)?;
+                tracing::info!(
+                    from = found,
+                    to = tables::STORE_SCHEMA,
+                    entries = migrated.entries,
+                    runs = migrated.runs,
+                    "migrated the store's session lists to runs"
+                );
             }
+            meta_table.insert(meta::SCHEMA_VERSION, tables::STORE_SCHEMA)?;
             // Create every table so that readers never meet a missing one.
             txn.open_table(tables::SESSIONS)?;
             txn.open_table(tables::SESSION_KEYS)?;
             txn.open_table(tables::MESSAGES)?;
             txn.open_table(tables::ORIGINALS)?;
-            txn.open_table(tables::SESSION_MESSAGES)?;
+            txn.open_table(tables::SESSION_RUNS)?;
             txn.open_table(tables::SOURCE_KEYS)?;
             txn.open_table(tables::SUMMARIES)?;
             txn.open_table(tables::SUMMARY_SOURCES)?;
@@ -314,23 +324,27 @@ impl Store {
         })
     }
 
-    /// Whether the store has a schema version this build reads and every table [`Self::init`]
-    /// creates. A newer schema is refused here, before anything is written.
-    fn initialised(db: &Db) -> Result<bool> {
+    /// What the file holds: an lcm store of this build's schema with every table [`Self::init`]
+    /// creates, one of an older schema (migrated by a writable open), or nothing yet. A newer
+    /// schema is refused here, before anything is written.
+    fn layout(db: &Db) -> Result<Layout> {
         let txn = db.begin_read()?;
         let version = match txn.open_table(tables::META) {
             Ok(meta_table) => meta_table.get(meta::SCHEMA_VERSION)?.map(|v| v.value()),
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(false),
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Layout::Uninitialised),
             Err(e) => return Err(e.into()),
         };
         let Some(version) = version else {
-            return Ok(false);
+            return Ok(Layout::Uninitialised);
         };
-        if version > u64::from(SCHEMA_VERSION) {
+        if version > tables::STORE_SCHEMA {
             return Err(StoreError::NewerSchema {
                 found: u32::try_from(version).unwrap_or(u32::MAX),
-                supported: u32::from(SCHEMA_VERSION),
+                supported: u32::try_from(tables::STORE_SCHEMA).unwrap_or(u32::MAX),
             });
+        }
+        if version < tables::STORE_SCHEMA {
+            return Ok(Layout::Older(version));
         }
         let existing: Vec<String> = txn.list_tables()?.map(|t| t.name().to_owned()).collect();
         let required = [
@@ -338,7 +352,7 @@ impl Store {
             tables::SESSION_KEYS.name(),
             tables::MESSAGES.name(),
             tables::ORIGINALS.name(),
-            tables::SESSION_MESSAGES.name(),
+            tables::SESSION_RUNS.name(),
             tables::SOURCE_KEYS.name(),
             tables::SUMMARIES.name(),
             tables::SUMMARY_SOURCES.name(),
@@ -346,9 +360,14 @@ impl Store {
             tables::SESSION_SUMMARIES.name(),
             tables::CONTEXT.name(),
         ];
-        Ok(required
+        let complete = required
             .iter()
-            .all(|name| existing.iter().any(|e| e == name)))
+            .all(|name| existing.iter().any(|e| e == name));
+        Ok(if complete {
+            Layout::Current
+        } else {
+            Layout::Uninitialised
+        })
     }
 
     /// The file the store lives in (`None` in memory).
@@ -779,23 +798,36 @@ impl StoreReader {
         mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
         self.session(session)?;
-        let index = self.txn.open_table(tables::SESSION_MESSAGES)?;
+        let index = self.txn.open_table(tables::SESSION_RUNS)?;
         let records = self.txn.open_table(tables::MESSAGES)?;
-        for entry in index.range((session.0, seqs.start)..(session.0, seqs.end))? {
-            let (_, id) = entry?;
-            let id = id.value();
-            if id < ids.start.0 {
+        for run in session_runs::runs_in(&index, session.0, seqs.clone())? {
+            let run = run?;
+            // The run's messages within `seqs`, as ids, within `ids`.
+            let from = run.id_of(run.first_seq.max(seqs.start)).max(ids.start.0);
+            let to = run.id_of(run.end_seq().min(seqs.end)).min(ids.end.0);
+            if from >= ids.end.0 {
+                break;
+            }
+            if from >= to {
                 continue;
             }
-            if id >= ids.end.0 {
-                break;
+            let mut expected = from;
+            for entry in records.range(from..to)? {
+                let (id, bytes) = entry?;
+                let id = id.value();
+                if id != expected {
+                    break;
+                }
+                expected += 1;
+                if visit(MessageId(id), bytes.value())?.is_break() {
+                    return Ok(());
+                }
             }
-            let bytes = records.get(id)?.ok_or_else(|| StoreError::Corrupt {
-                table: "session_messages",
-                detail: format!("points at missing message msg_{id}"),
-            })?;
-            if visit(MessageId(id), bytes.value())?.is_break() {
-                break;
+            if expected < to {
+                return Err(StoreError::Corrupt {
+                    table: "session_runs",
+                    detail: format!("points at missing message msg_{expected}"),
+                });
             }
         }
         Ok(())
@@ -1038,8 +1070,9 @@ struct AppendTables<'t> {
     sessions: redb::Table<'t, u64, &'static [u8]>,
     records: redb::Table<'t, u64, &'static [u8]>,
     originals: redb::Table<'t, u64, &'static [u8]>,
-    session_messages: redb::Table<'t, (u64, u64), u64>,
+    session_runs: redb::Table<'t, (u64, u64), (u64, u64)>,
     source_keys: redb::Table<'t, (u64, &'static str), u64>,
+    runs: RunWriter,
     next_id: u64,
     touched: HashMap<u64, SessionRecord>,
     results: Vec<Appended>,
@@ -1056,8 +1089,9 @@ impl<'t> AppendTables<'t> {
             sessions: txn.open_table(tables::SESSIONS)?,
             records: txn.open_table(tables::MESSAGES)?,
             originals: txn.open_table(tables::ORIGINALS)?,
-            session_messages: txn.open_table(tables::SESSION_MESSAGES)?,
+            session_runs: txn.open_table(tables::SESSION_RUNS)?,
             source_keys: txn.open_table(tables::SOURCE_KEYS)?,
+            runs: RunWriter::default(),
             next_id,
             touched: HashMap::new(),
             results: Vec::with_capacity(expected),
@@ -1102,7 +1136,7 @@ impl<'t> AppendTables<'t> {
         if let Some(original) = &p.original {
             self.originals.insert(id, original.as_slice())?;
         }
-        self.session_messages.insert((p.session, seq), id)?;
+        self.runs.push(&mut self.session_runs, p.session, seq, id)?;
         if let Some(key) = &p.source_key {
             self.source_keys.insert((p.session, key.as_str()), id)?;
         }
@@ -1113,8 +1147,10 @@ impl<'t> AppendTables<'t> {
         Ok(())
     }
 
-    /// Writes the sessions' new counters and the next message id; the results in order.
+    /// Writes the sessions' new counters, their message runs and the next message id; the
+    /// results in order.
     fn finish(mut self) -> Result<Vec<Appended>> {
+        self.runs.finish(&mut self.session_runs)?;
         for (id, record) in &self.touched {
             self.sessions
                 .insert(*id, codec::encode(record).as_slice())?;
@@ -1122,6 +1158,17 @@ impl<'t> AppendTables<'t> {
         self.meta.insert(meta::NEXT_MESSAGE, self.next_id)?;
         Ok(self.results)
     }
+}
+
+/// What a store file holds, as [`Store::layout`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Nothing yet (a new file), or an initialisation that never committed.
+    Uninitialised,
+    /// This build's schema, every table present.
+    Current,
+    /// An older schema, which a writable open migrates.
+    Older(u64),
 }
 
 /// Checks every message of a batch before anything is prepared or written.
@@ -1283,7 +1330,7 @@ mod tests {
             let txn = db.begin_write().unwrap();
             txn.open_table(tables::META)
                 .unwrap()
-                .insert(meta::SCHEMA_VERSION, u64::from(SCHEMA_VERSION) + 1)
+                .insert(meta::SCHEMA_VERSION, tables::STORE_SCHEMA + 1)
                 .unwrap();
             txn.commit().unwrap();
         }
@@ -1297,11 +1344,84 @@ mod tests {
             .get(meta::SCHEMA_VERSION)
             .unwrap()
             .map(|v| v.value());
-        assert_eq!(
-            version,
-            Some(u64::from(SCHEMA_VERSION) + 1),
-            "left as it was"
+        assert_eq!(version, Some(tables::STORE_SCHEMA + 1), "left as it was");
+    }
+
+    /// Each session's messages, read through its message list.
+    fn sessions_read(store: &Store) -> Vec<(SessionId, Vec<Message>)> {
+        store
+            .sessions()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.id, store.session_messages(s.id, 0..u64::MAX).unwrap()))
+            .collect()
+    }
+
+    /// A store written by schema 1 (one `session_messages` row per message) is refused by a
+    /// read-only open with a clear error and nothing written, and migrated by a writable open:
+    /// every session reads the same, the integrity check is clean, appends go on.
+    #[test]
+    fn a_schema_1_store_is_migrated_by_a_writable_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lcm.redb");
+        let (a, b, before) = {
+            let store = Store::open(&path, options()).unwrap();
+            let a = store.create_session("a", None).unwrap();
+            let b = store.create_session("b", None).unwrap();
+            // Interleaved (a run per message), then a stretch of a alone (one run).
+            let mut batch: Vec<(SessionId, NewMessage)> = (0..40)
+                .map(|k| (if k % 2 == 0 { a } else { b }, varied_message(k)))
+                .collect();
+            batch.extend((40..100).map(|k| (a, varied_message(k))));
+            store.append_mixed(batch).unwrap();
+            (a, b, sessions_read(&store))
+        };
+        assert_eq!(session_runs::rewrite_as_v1(&path), 100);
+        let file = std::fs::read(&path).unwrap();
+        let err = Store::open_read_only(&path, options()).expect_err("needs migration");
+        assert!(
+            matches!(
+                err,
+                StoreError::OlderSchema {
+                    found: 1,
+                    current: 2,
+                    ..
+                }
+            ),
+            "{err}"
         );
+        assert!(
+            err.to_string().contains("writable open upgrades it"),
+            "{err}"
+        );
+        assert!(std::fs::read(&path).unwrap() == file, "nothing written");
+
+        let store = Store::open(&path, options()).unwrap();
+        assert_eq!(sessions_read(&store), before);
+        let report = crate::integrity::check(&store, None).unwrap();
+        assert!(report.is_clean(), "{report:#?}");
+        {
+            let txn = store.db.begin_read().unwrap();
+            let meta_table = txn.open_table(tables::META).unwrap();
+            let version = meta_table.get(meta::SCHEMA_VERSION).unwrap().unwrap();
+            assert_eq!(version.value(), tables::STORE_SCHEMA);
+            // a: 20 interleaved runs and one of 60 (a#19 and a#20 are not consecutive ids);
+            // b: 20 interleaved runs.
+            assert_eq!(
+                txn.open_table(tables::SESSION_RUNS).unwrap().len().unwrap(),
+                41
+            );
+            let names: Vec<String> = txn
+                .list_tables()
+                .unwrap()
+                .map(|t| t.name().to_owned())
+                .collect();
+            assert!(!names.iter().any(|n| n == "session_messages"), "{names:?}");
+        }
+        let next = store.append(a, varied_message(100)).unwrap();
+        assert_eq!(store.session_messages(a, 80..81).unwrap()[0].id, next.id);
+        assert_eq!(store.session(b).unwrap().message_count, 20);
+        assert!(crate::integrity::check(&store, None).unwrap().is_clean());
     }
 
     /// A varied message: text of several lengths, tool calls and results, some with originals

@@ -5,12 +5,12 @@
 //!
 //! | table | key | value | written |
 //! | --- | --- | --- | --- |
-//! | `meta` | name | u64 | counters (`next_message`, `next_session`, ...), `schema_version`, `index_watermark` |
+//! | `meta` | name | u64 | counters (`next_message`, `next_session`, ...), `schema_version` ([`STORE_SCHEMA`]), `index_watermark` |
 //! | `sessions` | session | `SessionRecord` | on create; counters on every append |
 //! | `session_keys` | host key | session | on create |
 //! | `messages` | message | `MessageRecord` (everything but the original) | once, never changed |
 //! | `originals` | message | raw bytes of the original payload, when the host gave one | once, never changed |
-//! | `session_messages` | (session, seq) | message | once |
+//! | `session_runs` | (session, first seq) | (first message, length): messages `first seq..+length` of the session are ids `first message..+length` | a run is extended while an append's ids continue it, else a new one starts (see `session_runs.rs`) |
 //! | `source_keys` | (session, source key) | message | once (idempotent import) |
 //!
 //! | `summaries` | summary | `SummaryRecord` (kind, depth, content, tokens, range, file ids, level, model) | once |
@@ -30,7 +30,12 @@
 //! | `files` | file | large-file record (path, type, size, exploration summary) |
 //!
 //! Messages are keyed by a global, append-ordered number so that "every message after the index
-//! watermark" is one range scan; `session_messages` gives each session's ordered view.
+//! watermark" is one range scan; `session_runs` gives each session's ordered view.
+//!
+//! Schema versions of the store (the `schema_version` meta key; each record also starts with the
+//! version of its own encoding, [`crate::codec::SCHEMA_VERSION`]): 1 kept each session's list as
+//! `session_messages`, one (session, seq) -> message row per message; 2 keeps it as runs. A
+//! writable open migrates a schema-1 store in one transaction.
 
 use redb::TableDefinition;
 
@@ -39,8 +44,9 @@ pub const SESSIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("sessions
 pub const SESSION_KEYS: TableDefinition<&str, u64> = TableDefinition::new("session_keys");
 pub const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("messages");
 pub const ORIGINALS: TableDefinition<u64, &[u8]> = TableDefinition::new("originals");
-pub const SESSION_MESSAGES: TableDefinition<(u64, u64), u64> =
-    TableDefinition::new("session_messages");
+/// (session, first seq) -> (first message, length): see `session_runs.rs`.
+pub const SESSION_RUNS: TableDefinition<(u64, u64), (u64, u64)> =
+    TableDefinition::new("session_runs");
 pub const SOURCE_KEYS: TableDefinition<(u64, &str), u64> = TableDefinition::new("source_keys");
 pub const SUMMARIES: TableDefinition<u64, &[u8]> = TableDefinition::new("summaries");
 /// (summary, ordinal) -> source node as (kind byte, number): [`NODE_MESSAGE`] or [`NODE_SUMMARY`].
@@ -61,6 +67,10 @@ pub const MAP_ITEMS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("
 pub const MAP_PENDING: TableDefinition<(u64, u64), ()> = TableDefinition::new("map_pending");
 /// (job, item index) -> lease expiry (ms since the epoch) of every running item.
 pub const MAP_RUNNING: TableDefinition<(u64, u64), i64> = TableDefinition::new("map_running");
+
+/// The layout version this build writes (the `schema_version` meta key): 2, session lists as
+/// runs.
+pub const STORE_SCHEMA: u64 = 2;
 
 /// Node kind byte in keys: messages 0, summaries 1.
 pub const NODE_MESSAGE: u8 = 0;

@@ -523,7 +523,8 @@ fn missing_message_without_any_entry_is_a_gap() {
                 .unwrap()
                 .remove(fx.b[5].0)
                 .unwrap();
-            txn.open_table(tables::SESSION_MESSAGES)
+            // beta's messages are interleaved with alpha's: one run each.
+            txn.open_table(tables::SESSION_RUNS)
                 .unwrap()
                 .remove((fx.beta.0, 5))
                 .unwrap();
@@ -541,7 +542,8 @@ fn missing_message_without_any_entry_is_a_gap() {
 fn orphan_message() {
     run_case(
         |txn, fx| {
-            txn.open_table(tables::SESSION_MESSAGES)
+            // beta's messages are interleaved with alpha's: one run each.
+            txn.open_table(tables::SESSION_RUNS)
                 .unwrap()
                 .remove((fx.beta.0, 5))
                 .unwrap();
@@ -559,9 +561,9 @@ fn orphan_message() {
 fn session_index_entry_of_an_unknown_session() {
     run_case(
         |txn, fx| {
-            txn.open_table(tables::SESSION_MESSAGES)
+            txn.open_table(tables::SESSION_RUNS)
                 .unwrap()
-                .insert((99, 0), fx.b[3].0)
+                .insert((99, 0), (fx.b[3].0, 1))
                 .unwrap();
         },
         |_| vec![v(ViolationKind::SessionIndexMismatch, "ses_99", false)],
@@ -572,9 +574,9 @@ fn session_index_entry_of_an_unknown_session() {
 fn session_index_entries_swapped() {
     run_case(
         |txn, fx| {
-            let mut t = txn.open_table(tables::SESSION_MESSAGES).unwrap();
-            t.insert((fx.beta.0, 3), fx.b[5].0).unwrap();
-            t.insert((fx.beta.0, 5), fx.b[3].0).unwrap();
+            let mut t = txn.open_table(tables::SESSION_RUNS).unwrap();
+            t.insert((fx.beta.0, 3), (fx.b[5].0, 1)).unwrap();
+            t.insert((fx.beta.0, 5), (fx.b[3].0, 1)).unwrap();
         },
         // Both entries are wrong, and so both messages are unreachable.
         |fx| {
@@ -592,7 +594,7 @@ fn session_index_entries_swapped() {
 fn session_seq_gap() {
     run_case(
         |txn, fx| {
-            txn.open_table(tables::SESSION_MESSAGES)
+            txn.open_table(tables::SESSION_RUNS)
                 .unwrap()
                 .remove((fx.beta.0, 3))
                 .unwrap();
@@ -601,6 +603,70 @@ fn session_seq_gap() {
             vec![
                 v(ViolationKind::SessionSeqGap, fx.beta, false),
                 v(ViolationKind::OrphanMessage, fx.b[3], false),
+            ]
+        },
+    );
+}
+
+/// alpha's messages #6-11 came in one stretch after beta's last one: one run of six.
+#[test]
+fn alpha_ends_in_one_run_of_six() {
+    let (_dir, path, fx) = fixture();
+    let db = Database::open(&path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let runs = txn.open_table(tables::SESSION_RUNS).unwrap();
+    let last = runs
+        .range((fx.alpha.0, 0)..=(fx.alpha.0, u64::MAX))
+        .unwrap()
+        .next_back()
+        .unwrap()
+        .unwrap();
+    assert_eq!(last.0.value(), (fx.alpha.0, 6));
+    assert_eq!(last.1.value(), (fx.a[6].0, 6));
+}
+
+#[test]
+fn session_runs_overlapping() {
+    run_case(
+        |txn, fx| {
+            // A second run placing messages at #8 and #9, inside the run #6-11.
+            txn.open_table(tables::SESSION_RUNS)
+                .unwrap()
+                .insert((fx.alpha.0, 8), (fx.a[8].0, 2))
+                .unwrap();
+        },
+        |fx| vec![v(ViolationKind::SessionIndexMismatch, fx.alpha, false)],
+    );
+}
+
+#[test]
+fn session_run_empty() {
+    run_case(
+        |txn, fx| {
+            txn.open_table(tables::SESSION_RUNS)
+                .unwrap()
+                .insert((fx.alpha.0, 12), (fx.a[11].0 + 1, 0))
+                .unwrap();
+        },
+        |fx| vec![v(ViolationKind::SessionIndexMismatch, fx.alpha, false)],
+    );
+}
+
+#[test]
+fn session_run_past_the_newest_message() {
+    run_case(
+        |txn, fx| {
+            // The run #6-11 claims 100 messages: the walk stops at the newest one, delta's
+            // message (after a[11]), which it reports as misplaced.
+            txn.open_table(tables::SESSION_RUNS)
+                .unwrap()
+                .insert((fx.alpha.0, 6), (fx.a[6].0, 100))
+                .unwrap();
+        },
+        |fx| {
+            vec![
+                v(ViolationKind::SessionIndexMismatch, fx.alpha, false),
+                v(ViolationKind::SessionIndexMismatch, fx.alpha, false),
             ]
         },
     );
