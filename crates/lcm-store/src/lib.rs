@@ -16,6 +16,7 @@
 //! The engine talks to storage only through the API here, so a second backend can come later
 //! without touching the engine.
 
+mod coalesced_file;
 pub mod codec;
 mod cores;
 pub mod dag;

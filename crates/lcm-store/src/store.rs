@@ -19,6 +19,7 @@ use lcm_core::time::Timestamp;
 use lcm_core::tokens::TokenCounter;
 use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata, TableHandle};
 
+use crate::coalesced_file::CoalescedFile;
 use crate::codec;
 use crate::db::Db;
 use crate::error::{Result, StoreError};
@@ -184,7 +185,19 @@ impl Store {
     /// Opens the store at `path`, creating it if absent.
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let path = path.as_ref();
-        let db = match Database::create(path) {
+        let io_error = |source| StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io_error)?;
+        let backend = CoalescedFile::new(redb::backends::FileBackend::new(file)?);
+        let db = match Database::builder().create_with_backend(backend) {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                 return Err(StoreError::AlreadyOpen(path.display().to_string()));
