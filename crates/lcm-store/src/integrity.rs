@@ -869,6 +869,8 @@ fn session_messages(
             );
             run.len = end.saturating_sub(run.first_id);
         }
+        // A damaged key near the end of the sequence numbers must not overflow the walk.
+        run.len = run.len.min(u64::MAX - run.first_seq);
         // Entries of this run already placed by an earlier run are not walked twice.
         let mut skip = 0;
         if run.first_seq < expected_seq {

@@ -673,6 +673,26 @@ fn session_run_past_the_newest_message() {
 }
 
 #[test]
+fn session_run_at_the_last_sequence_numbers() {
+    run_case(
+        |txn, fx| {
+            // A run whose sequence numbers would run past u64::MAX: reported, not walked into
+            // an overflow.
+            txn.open_table(tables::SESSION_RUNS)
+                .unwrap()
+                .insert((fx.alpha.0, u64::MAX - 1), (fx.a[0].0, 5))
+                .unwrap();
+        },
+        |fx| {
+            vec![
+                v(ViolationKind::SessionSeqGap, fx.alpha, false),
+                v(ViolationKind::SessionIndexMismatch, fx.alpha, false),
+            ]
+        },
+    );
+}
+
+#[test]
 fn session_totals() {
     run_case(
         |txn, fx| {
