@@ -202,6 +202,7 @@ impl fmt::Debug for CoalescedFile {
         f.debug_struct("CoalescedFile")
             .field("inner", &self.inner)
             .field("held_bytes", &self.held().bytes)
+            .field("writes", &self.writes.load(Ordering::Relaxed))
             .finish()
     }
 }

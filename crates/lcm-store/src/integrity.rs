@@ -869,8 +869,6 @@ fn session_messages(
             );
             run.len = end.saturating_sub(run.first_id);
         }
-        // A damaged key near the end of the sequence numbers must not overflow the walk.
-        run.len = run.len.min(u64::MAX - run.first_seq);
         // Entries of this run already placed by an earlier run are not walked twice.
         let mut skip = 0;
         if run.first_seq < expected_seq {
@@ -901,8 +899,11 @@ fn session_messages(
             entries_ok = false;
         }
         expected_seq = expected_seq.max(run.end_seq());
-        for k in skip..run.len {
-            let (seq, id) = (run.first_seq + k, run.first_id + k);
+        // `entries` stops at the last sequence number: a damaged key cannot overflow the walk.
+        for (seq, id) in run
+            .entries()
+            .skip(usize::try_from(skip).unwrap_or(usize::MAX))
+        {
             let Some(bytes) = t.messages.get(id)? else {
                 entries_ok = false;
                 if f.reported_messages.insert(id) {
@@ -2149,9 +2150,7 @@ fn recompute_session_totals(store: &Store, session: SessionId) -> Step {
         let messages = txn.open_table(tables::MESSAGES)?;
         let (mut count, mut tokens, mut first, mut last) = (0u64, 0u64, None, None);
         for run in session_runs::runs(&index, session.0)? {
-            let run = run?;
-            for k in 0..run.len {
-                let (seq, id) = (run.first_seq + k, run.first_id.saturating_add(k));
+            for (seq, id) in run?.entries() {
                 let view = messages.get(id)?.and_then(|bytes| {
                     codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value())
                         .ok()

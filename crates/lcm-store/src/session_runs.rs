@@ -19,7 +19,9 @@
 use std::collections::hash_map::{Entry, HashMap};
 use std::ops::Range;
 
-use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
+use redb::{
+    AccessGuard, ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction,
+};
 
 use crate::error::Result;
 use crate::tables;
@@ -36,13 +38,21 @@ pub(crate) struct Run {
     pub len: u64,
 }
 
+/// A row of the table, as redb's iterators give it.
+type Row<'a> = std::result::Result<
+    (AccessGuard<'a, (u64, u64)>, AccessGuard<'a, (u64, u64)>),
+    redb::StorageError,
+>;
+
 impl Run {
-    fn from_row(first_seq: u64, (first_id, len): (u64, u64)) -> Run {
-        Run {
-            first_seq,
+    fn from_row(row: Row<'_>) -> Result<Run> {
+        let (key, value) = row?;
+        let (first_id, len) = value.value();
+        Ok(Run {
+            first_seq: key.value().1,
             first_id,
             len,
-        }
+        })
     }
 
     /// One past the last sequence number (saturating: a damaged length cannot overflow).
@@ -53,6 +63,13 @@ impl Run {
     /// The id of message `seq`, which must lie in the run.
     pub fn id_of(&self, seq: u64) -> u64 {
         self.first_id.saturating_add(seq - self.first_seq)
+    }
+
+    /// The run's (sequence number, id) entries, in order (a damaged length stops at the last
+    /// sequence number).
+    pub fn entries(self) -> impl Iterator<Item = (u64, u64)> {
+        (0..self.len.min(u64::MAX - self.first_seq))
+            .map(move |k| (self.first_seq + k, self.first_id.saturating_add(k)))
     }
 
     /// Whether message `id` as number `seq` would extend this run by one.
@@ -76,8 +93,7 @@ pub(crate) fn run_at(
     let Some(row) = table.range((session, 0)..=(session, seq))?.next_back() else {
         return Ok(None);
     };
-    let (key, value) = row?;
-    let run = Run::from_row(key.value().1, value.value());
+    let run = Run::from_row(row)?;
     Ok((seq < run.end_seq()).then_some(run))
 }
 
@@ -86,11 +102,11 @@ pub(crate) fn last_run(
     table: &impl ReadableTable<(u64, u64), (u64, u64)>,
     session: u64,
 ) -> Result<Option<Run>> {
-    let Some(row) = table.range((session, 0)..=(session, u64::MAX))?.next_back() else {
-        return Ok(None);
-    };
-    let (key, value) = row?;
-    Ok(Some(Run::from_row(key.value().1, value.value())))
+    table
+        .range((session, 0)..=(session, u64::MAX))?
+        .next_back()
+        .map(Run::from_row)
+        .transpose()
 }
 
 /// The runs of `session` in sequence order, from the one holding `seqs.start` (or the first
@@ -111,10 +127,7 @@ pub(crate) fn runs_in<'t>(
     };
     let rest = table
         .range((session, after.start)..(session, after.end))?
-        .map(|row| {
-            let (key, value) = row?;
-            Ok(Run::from_row(key.value().1, value.value()))
-        });
+        .map(Run::from_row);
     Ok(first.map(Ok).into_iter().chain(rest))
 }
 
@@ -123,10 +136,9 @@ pub(crate) fn runs<'t>(
     table: &'t impl ReadableTable<(u64, u64), (u64, u64)>,
     session: u64,
 ) -> Result<impl Iterator<Item = Result<Run>> + 't> {
-    Ok(table.range((session, 0)..=(session, u64::MAX))?.map(|row| {
-        let (key, value) = row?;
-        Ok(Run::from_row(key.value().1, value.value()))
-    }))
+    Ok(table
+        .range((session, 0)..=(session, u64::MAX))?
+        .map(Run::from_row))
 }
 
 /// The runs an append transaction is writing: for each session it touched, the run its next
@@ -212,43 +224,23 @@ pub(crate) struct Migrated {
 /// of order), is kept: only entries whose sequence number and id both follow the previous
 /// entry's by one are joined into a run, so the runs expand back to exactly the old rows.
 pub(crate) fn migrate_from_v1(txn: &WriteTransaction) -> Result<Migrated> {
-    let mut done = Migrated {
-        entries: 0,
-        runs: 0,
-    };
-    {
+    let mut entries = 0;
+    let runs = {
         let old = txn.open_table(V1_SESSION_MESSAGES)?;
-        let mut runs = txn.open_table(tables::SESSION_RUNS)?;
-        let mut current: Option<(u64, Run)> = None;
+        let mut table = txn.open_table(tables::SESSION_RUNS)?;
+        // Rows come in (session, seq) order: the append path's writer joins them into runs.
+        let mut writer = RunWriter::default();
         for row in old.iter()? {
             let (key, id) = row?;
-            let ((session, seq), id) = (key.value(), id.value());
-            done.entries += 1;
-            match &mut current {
-                Some((s, run)) if *s == session && run.continued_by(seq, id) => run.len += 1,
-                _ => {
-                    if let Some((s, run)) = current.take() {
-                        run.write(&mut runs, s)?;
-                        done.runs += 1;
-                    }
-                    current = Some((
-                        session,
-                        Run {
-                            first_seq: seq,
-                            first_id: id,
-                            len: 1,
-                        },
-                    ));
-                }
-            }
+            let (session, seq) = key.value();
+            writer.push(&mut table, session, seq, id.value())?;
+            entries += 1;
         }
-        if let Some((s, run)) = current {
-            run.write(&mut runs, s)?;
-            done.runs += 1;
-        }
-    }
+        writer.finish(&mut table)?;
+        table.len()?
+    };
     txn.delete_table(V1_SESSION_MESSAGES)?;
-    Ok(done)
+    Ok(Migrated { entries, runs })
 }
 
 /// Writes `entries` ((session, seq) -> id) as schema 1 stored them, replacing `session_runs`:
@@ -265,21 +257,27 @@ pub(crate) fn write_v1(txn: &WriteTransaction, entries: &[((u64, u64), u64)]) ->
     Ok(())
 }
 
+/// Every ((session, seq), id) entry the runs of `table` hold, in key order: for tests only.
+#[cfg(test)]
+pub(crate) fn every_entry(
+    table: &impl ReadableTable<(u64, u64), (u64, u64)>,
+) -> Vec<((u64, u64), u64)> {
+    let mut entries = Vec::new();
+    for row in table.iter().unwrap() {
+        let session = row.as_ref().unwrap().0.value().0;
+        let run = Run::from_row(row).unwrap();
+        entries.extend(run.entries().map(|(seq, id)| ((session, seq), id)));
+    }
+    entries
+}
+
 /// Rewrites the store file at `path` as schema 1 wrote it (its runs as per-message rows,
 /// `schema_version` 1): for the migration's tests only. Returns the number of rows.
 #[cfg(test)]
 pub(crate) fn rewrite_as_v1(path: &std::path::Path) -> usize {
     let db = redb::Database::create(path).unwrap();
     let txn = db.begin_write().unwrap();
-    let mut entries = Vec::new();
-    {
-        let runs = txn.open_table(tables::SESSION_RUNS).unwrap();
-        for row in runs.iter().unwrap() {
-            let (key, value) = row.unwrap();
-            let ((session, first_seq), (first_id, len)) = (key.value(), value.value());
-            entries.extend((0..len).map(|k| ((session, first_seq + k), first_id + k)));
-        }
-    }
+    let entries = every_entry(&txn.open_table(tables::SESSION_RUNS).unwrap());
     write_v1(&txn, &entries).unwrap();
     txn.open_table(tables::META)
         .unwrap()
@@ -309,17 +307,7 @@ mod tests {
     /// Every (session, seq) -> id the runs of `db` hold, in key order.
     fn expanded(db: &Database) -> Vec<((u64, u64), u64)> {
         let txn = db.begin_read().unwrap();
-        let table = txn.open_table(tables::SESSION_RUNS).unwrap();
-        let mut out = Vec::new();
-        for row in table.iter().unwrap() {
-            let (key, value) = row.unwrap();
-            let (session, first_seq) = key.value();
-            let run = Run::from_row(first_seq, value.value());
-            for k in 0..run.len {
-                out.push(((session, run.first_seq + k), run.first_id + k));
-            }
-        }
-        out
+        every_entry(&txn.open_table(tables::SESSION_RUNS).unwrap())
     }
 
     fn rows(db: &Database) -> u64 {
