@@ -116,9 +116,11 @@ proptest! {
         scope_session in prop::option::of(0u8..3),
         scope_role in prop::option::of(0u8..4),
         page in 1usize..6,
+        index_batch in 1usize..12,
     ) {
         let store = Store::open_in_memory(StoreOptions { counter: TokenCounter::new(Encoding::O200kBase) }).unwrap();
-        let config = SearchConfig::default();
+        // Small commits: many trigram segments, merged four at a time.
+        let config = SearchConfig { index_batch, ..SearchConfig::default() };
         let index = SearchIndex::open_in_ram(&store, &config).unwrap();
         let sessions: Vec<SessionId> = (0..3).map(|i| store.create_session(&format!("s{i}"), None).unwrap()).collect();
         let split = (messages.len() as f64 * indexed_fraction) as usize;

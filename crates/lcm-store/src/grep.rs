@@ -200,8 +200,23 @@ fn regex_grep(
         )?;
         Strategy::Scan
     } else {
-        let candidates = index.regex_candidates(&plan, scope, after)?;
-        reader.records_of(candidates, |id, bytes| collector.offer(id, bytes, scope))?;
+        let session_ids = match scope.session {
+            Some(session) => Some(reader.session_id_ranges(session)?),
+            None => None,
+        };
+        index.regex_candidates(&plan, after, |ids| {
+            let mut flow = ControlFlow::Continue(());
+            let in_scope = ids.iter().copied().filter(|id| {
+                session_ids
+                    .as_ref()
+                    .is_none_or(|ranges| in_ranges(ranges, id.0))
+            });
+            reader.records_of(in_scope, |id, bytes| {
+                flow = collector.offer(id, bytes, scope)?;
+                Ok(flow)
+            })?;
+            Ok(flow)
+        })?;
         // Not yet indexed: scan.
         if !collector.full() {
             let tail = index.unindexed(end);
@@ -217,6 +232,12 @@ fn regex_grep(
         Strategy::TrigramIndex
     };
     Ok(collector.into_page(strategy, fingerprint))
+}
+
+/// Whether `id` is in one of `ranges` (ascending, disjoint).
+fn in_ranges(ranges: &[std::ops::Range<u64>], id: u64) -> bool {
+    let at = ranges.partition_point(|r| r.end <= id);
+    ranges.get(at).is_some_and(|r| r.contains(&id))
 }
 
 /// Offers every message of `ids` in scope and after `after` to the collector, in id order.

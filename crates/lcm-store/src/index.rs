@@ -1,51 +1,49 @@
-//! The search index: a tantivy index derived from the store, rebuildable from it at any time.
+//! The search index: derived from the store, rebuildable from it at any time, holding no copy
+//! of any text. Two parts, in one directory:
+//! - a tantivy index (no field stored), per message: `msg_id`, `session`, `role`, `created_at`
+//!   (numbers, to filter by scope and to map hits back to the store) and `words` (the text
+//!   tokenised into stemmed, lowercased words, for ranked BM25 full-text search);
+//! - the trigram index ([`crate::trigram_index`], in `trigrams/`): which messages hold each
+//!   lowercased character trigram, to narrow regex search to the messages that can match (see
+//!   [`crate::trigram`]).
 //!
-//! The index holds no copy of any text (no field is stored). Per message it keeps:
-//! - `msg_id`, `session`, `role`, `created_at`: numbers, to filter by scope and to map hits back
-//!   to the store;
-//! - `words`: the text tokenised into stemmed, lowercased words, for ranked (BM25) full-text
-//!   search;
-//! - `trigrams`: the set of lowercased character trigrams, to narrow regex search to the
-//!   messages that can match (see [`crate::trigram`]).
-//!
-//! **Watermark.** Every message with an id below the watermark is indexed, none above it. The
-//! index writes the watermark as the payload of the same tantivy commit that adds the documents,
-//! so the two can never disagree; the copy in redb (`meta.index_watermark`) is updated after and
-//! is what integrity checks compare against. A crash between the two is repaired at the next
-//! open. Messages at or above the watermark are found by grep through a scan of the store.
+//! **Watermark.** Every message with an id below the watermark is indexed in both, none above
+//! it. The index writes the watermark as the payload of the tantivy commit that adds the
+//! documents, after the trigram segments of the same messages are written and synced; at open,
+//! trigram segments past the watermark are deleted, so the two can never disagree. The copy in
+//! redb (`meta.index_watermark`) is updated after and is what integrity checks compare against.
+//! A crash between the two is repaired at the next open. Messages at or above the watermark are
+//! found by grep through a scan of the store.
 
 use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use lcm_core::config::SearchConfig;
 use lcm_core::ids::MessageId;
-use tantivy::collector::{Collector, SegmentCollector};
-use tantivy::columnar::Column;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
     Field, INDEXED, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{
-    DocId, Index, IndexReader, IndexWriter, ReloadPolicy, SegmentReader, TantivyDocument, Term,
-};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::grep::Scope;
 use crate::store::Store;
 use crate::trigram::TrigramQuery;
-use crate::trigram_tokens::DistinctTrigramTokenizer;
+use crate::trigram_index::{Segment, TrigramBuilder, TrigramIndex};
 use crate::view::MessageRecordView;
 
-const TRIGRAM_TOKENIZER: &str = "lcm_trigram";
 const WORDS_TOKENIZER: &str = "en_stem";
 /// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.
 /// 2: trigrams starting or ending with ASCII whitespace are no longer indexed; no fieldnorms
-/// for trigrams.
-const INDEX_FORMAT: u32 = 2;
+/// for trigrams. 3: trigrams in their own segments ([`crate::trigram_index`]), not in tantivy.
+const INDEX_FORMAT: u32 = 3;
+/// The trigram index's directory, inside the index directory.
+const TRIGRAM_DIR: &str = "trigrams";
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Fields {
@@ -54,7 +52,6 @@ pub(crate) struct Fields {
     pub role: Field,
     pub created_at: Field,
     pub words: Field,
-    pub trigrams: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -72,16 +69,6 @@ fn schema() -> (Schema, Fields) {
                 .set_index_option(IndexRecordOption::WithFreqsAndPositions),
         ),
     );
-    let trigrams = builder.add_text_field(
-        "trigrams",
-        TextOptions::default().set_indexing_options(
-            TextFieldIndexing::default()
-                .set_tokenizer(TRIGRAM_TOKENIZER)
-                .set_index_option(IndexRecordOption::Basic)
-                // Never scored: no per-document token counts to keep.
-                .set_fieldnorms(false),
-        ),
-    );
     (
         builder.build(),
         Fields {
@@ -90,15 +77,11 @@ fn schema() -> (Schema, Fields) {
             role,
             created_at,
             words,
-            trigrams,
         },
     )
 }
 
 fn register_tokenizers(index: &Index) {
-    // Each distinct lowercased trigram once: the terms of n-grams (3, 3) then a lowercaser.
-    let trigram = TextAnalyzer::from(DistinctTrigramTokenizer::default());
-    index.tokenizers().register(TRIGRAM_TOKENIZER, trigram);
     // tantivy's own `en_stem` terms, with stems cached (the schema names `en_stem`).
     index
         .tokenizers()
@@ -121,18 +104,33 @@ fn parse_payload(payload: Option<&str>) -> Option<u64> {
 /// indexing thread. Merging at two segments kept the index at one or two segments but made
 /// catching up with 300,000 messages 40% slower (the merges compete with indexing); at four it
 /// indexes as fast as tantivy's default and a 100,000-message index ends as one segment instead
-/// of four.
+/// of four. A level spans sizes within 2.8x of its largest segment (tantivy: 1.7x): the indexing
+/// threads of one commit take uneven shares of the documents (34k, 29k, 21k and 16k of 100,000
+/// in two commits), which split four similar segments over two levels and left them unmerged.
 fn merge_policy() -> tantivy::indexer::LogMergePolicy {
     let mut policy = tantivy::indexer::LogMergePolicy::default();
     policy.set_min_num_segments(4);
+    policy.set_level_log_size(1.5);
     policy
+}
+
+/// What the writer's lock guards: tantivy's writer and the trigram segments being built.
+#[derive(Default)]
+struct Writer {
+    /// Opened on first use, closed by `finish_merges`.
+    tantivy: Option<IndexWriter>,
+    /// Trigrams of the messages fed since the last segment.
+    trigrams: TrigramBuilder,
+    /// Trigram segments written for messages fed and not yet committed.
+    pending: Vec<Arc<Segment>>,
 }
 
 /// The derived full-text and trigram index.
 pub struct SearchIndex {
     index: Index,
     reader: IndexReader,
-    writer: Mutex<Option<IndexWriter>>,
+    trigrams: TrigramIndex,
+    writer: Mutex<Writer>,
     fields: Fields,
     dir: Option<PathBuf>,
     config: SearchConfig,
@@ -153,65 +151,89 @@ impl std::fmt::Debug for SearchIndex {
 }
 
 impl SearchIndex {
-    /// Opens the index in `dir`, creating it if absent. An index that cannot be opened or was
-    /// written by another index format is discarded and starts empty (it is derived data); the
-    /// next [`catch_up`](Self::catch_up) rebuilds it.
+    /// Opens the index in `dir`, creating it if absent. An index that cannot be opened, was
+    /// written by another index format, or whose trigram segments do not cover its watermark is
+    /// discarded and starts empty (it is derived data); the next [`catch_up`](Self::catch_up)
+    /// rebuilds it.
     pub fn open(
         dir: impl AsRef<Path>,
         store: &Store,
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
         let dir = dir.as_ref();
-        let (schema, fields) = schema();
-        let index = match Self::open_existing(dir) {
-            Some(index) => index,
+        let (index, trigrams) = match Self::open_existing(dir, !store.is_read_only())? {
+            Some(parts) => parts,
             // A read-only store leaves the directory alone: an empty index in memory has
             // watermark 0, so grep scans the store, complete but slower.
-            None if store.is_read_only() => {
-                return Self::init(Index::create_in_ram(schema), fields, None, store, config);
-            }
+            None if store.is_read_only() => return Self::open_in_ram(store, config),
             None => {
                 if dir.exists() {
                     tracing::warn!(dir = %dir.display(), "search index unusable; rebuilding it from the store");
                     std::fs::remove_dir_all(dir).map_err(|source| io_error(dir, source))?;
                 }
                 std::fs::create_dir_all(dir).map_err(|source| io_error(dir, source))?;
-                Index::create_in_dir(dir, schema)?
+                let index = Index::create_in_dir(dir, schema().0)?;
+                (index, TrigramIndex::create(&dir.join(TRIGRAM_DIR))?)
             }
         };
-        Self::init(index, fields, Some(dir.to_path_buf()), store, config)
+        Self::init(index, trigrams, Some(dir.to_path_buf()), store, config)
     }
 
-    fn open_existing(dir: &Path) -> Option<Index> {
+    /// The tantivy index and the trigram segments in `dir` if both are usable and agree.
+    fn open_existing(dir: &Path, writable: bool) -> Result<Option<(Index, TrigramIndex)>> {
         if !dir.join("meta.json").exists() {
-            return None;
+            return Ok(None);
         }
-        let index = Index::open_in_dir(dir).ok()?;
-        let metas = index.load_metas().ok()?;
+        let Ok(index) = Index::open_in_dir(dir) else {
+            return Ok(None);
+        };
+        let Ok(metas) = index.load_metas() else {
+            return Ok(None);
+        };
         // An empty index has no payload yet; anything else must be ours.
-        if metas.payload.is_some() && parse_payload(metas.payload.as_deref()).is_none() {
-            return None;
-        }
+        let watermark = match metas.payload.as_deref() {
+            None => 0,
+            Some(_) => match parse_payload(metas.payload.as_deref()) {
+                Some(watermark) => watermark,
+                None => return Ok(None),
+            },
+        };
         if index.schema() != schema().0 {
-            return None;
+            return Ok(None);
         }
-        Some(index)
+        let trigram_dir = dir.join(TRIGRAM_DIR);
+        let trigrams = if watermark == 0 && !trigram_dir.exists() && writable {
+            TrigramIndex::create(&trigram_dir)?
+        } else {
+            match TrigramIndex::open(&trigram_dir, watermark, writable)? {
+                Some(trigrams) => trigrams,
+                None => return Ok(None),
+            }
+        };
+        Ok(Some((index, trigrams)))
     }
 
     /// An index in memory (tests and benchmarks).
     pub fn open_in_ram(store: &Store, config: &SearchConfig) -> Result<SearchIndex> {
-        let (schema, fields) = schema();
-        Self::init(Index::create_in_ram(schema), fields, None, store, config)
+        let (schema, _) = schema();
+        Self::init(
+            Index::create_in_ram(schema),
+            TrigramIndex::in_memory(),
+            None,
+            store,
+            config,
+        )
     }
 
     fn init(
         index: Index,
-        fields: Fields,
+        trigrams: TrigramIndex,
         dir: Option<PathBuf>,
         store: &Store,
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
         register_tokenizers(&index);
+        let (_, fields) = schema();
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -226,7 +248,8 @@ impl SearchIndex {
         Ok(SearchIndex {
             index,
             reader,
-            writer: Mutex::new(None),
+            trigrams,
+            writer: Mutex::new(Writer::default()),
             fields,
             dir,
             config: config.clone(),
@@ -240,14 +263,14 @@ impl SearchIndex {
         MessageId(self.watermark.load(Ordering::Acquire))
     }
 
-    /// The slot of the index writer (opened on first use, closed by `finish_merges`).
-    fn lock_writer(&self) -> Result<std::sync::MutexGuard<'_, Option<IndexWriter>>> {
+    /// The writer's state (tantivy's writer, opened on first use; the trigram builder).
+    fn lock_writer(&self) -> Result<std::sync::MutexGuard<'_, Writer>> {
         self.writer
             .lock()
             .map_err(|_| StoreError::InvalidQuery("index writer poisoned by a panic".into()))
     }
 
-    /// The writer in `slot`, opened with the configured memory budget if there is none.
+    /// The tantivy writer in `slot`, opened with the configured memory budget if there is none.
     fn open_writer<'g>(&self, slot: &'g mut Option<IndexWriter>) -> Result<&'g mut IndexWriter> {
         let writer = match slot.take() {
             Some(writer) => writer,
@@ -278,8 +301,7 @@ impl SearchIndex {
         if start >= end {
             return Ok(0);
         }
-        let writer = self.open_writer(&mut guard)?;
-        self.add_documents(writer, store, start..end)?;
+        self.add_documents(&mut guard, store, start..end)?;
         Ok(end - start)
     }
 
@@ -298,7 +320,6 @@ impl SearchIndex {
         if start >= end {
             return Ok(0);
         }
-        let writer = self.open_writer(&mut guard)?;
         let total = end - start;
         let batch = self.config.index_batch as u64;
         let mut done = 0;
@@ -309,11 +330,12 @@ impl SearchIndex {
             let fed = self.fed.load(Ordering::Acquire);
             let to = (from + batch).min(end).max(fed);
             if fed < to {
-                self.add_documents(writer, store, fed.max(from)..to)?;
+                self.add_documents(&mut guard, store, fed.max(from)..to)?;
             }
-            let mut commit = writer.prepare_commit()?;
-            commit.set_payload(&payload(to));
-            commit.commit()?;
+            if let Err(e) = self.commit(&mut guard, to) {
+                self.drop_uncommitted(&mut guard)?;
+                return Err(e);
+            }
             self.watermark.store(to, Ordering::Release);
             store.set_index_watermark(MessageId(to))?;
             done += to - from;
@@ -324,40 +346,93 @@ impl SearchIndex {
         Ok(done)
     }
 
-    /// Adds the documents of the messages `ids` to the writer and records them as fed. On a
-    /// failure, the writer drops everything not committed and the fed mark returns to the
+    /// Commits everything fed (the messages below `to`): the trigram segments first, written
+    /// and synced, then tantivy with watermark `to`, then the segments are published.
+    fn commit(&self, writer: &mut Writer, to: u64) -> Result<()> {
+        if let Some(segment) = self.trigrams.write_pending(&mut writer.trigrams)? {
+            writer.pending.push(segment);
+        }
+        let tantivy = self.open_writer(&mut writer.tantivy)?;
+        let mut commit = tantivy.prepare_commit()?;
+        commit.set_payload(&payload(to));
+        commit.commit()?;
+        self.trigrams.publish(std::mem::take(&mut writer.pending))
+    }
+
+    /// Drops what was fed and not committed: tantivy's documents (a rollback), the trigrams
+    /// being built and the segments written for them. The fed mark returns to the watermark.
+    fn drop_uncommitted(&self, writer: &mut Writer) -> Result<()> {
+        if let Some(tantivy) = writer.tantivy.as_mut() {
+            tantivy.rollback()?;
+        }
+        self.drop_uncommitted_trigrams(writer)
+    }
+
+    /// The trigram part of [`drop_uncommitted`](Self::drop_uncommitted), for when tantivy's
+    /// writer drops its own (closing it).
+    fn drop_uncommitted_trigrams(&self, writer: &mut Writer) -> Result<()> {
+        self.fed.store(self.watermark().0, Ordering::Release);
+        writer.trigrams.reset();
+        self.trigrams.discard(std::mem::take(&mut writer.pending))
+    }
+
+    /// Adds the messages `ids` to tantivy's writer and the trigram builder and records them as
+    /// fed. On a failure, everything not committed is dropped and the fed mark returns to the
     /// watermark.
-    fn add_documents(
-        &self,
-        writer: &mut IndexWriter,
-        store: &Store,
-        ids: Range<u64>,
-    ) -> Result<()> {
+    fn add_documents(&self, writer: &mut Writer, store: &Store, ids: Range<u64>) -> Result<()> {
+        let added = self.try_add_documents(writer, store, ids.clone());
+        match added {
+            Ok(()) => {
+                self.fed.store(ids.end, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                self.drop_uncommitted(writer)?;
+                Err(e)
+            }
+        }
+    }
+
+    fn try_add_documents(&self, writer: &mut Writer, store: &Store, ids: Range<u64>) -> Result<()> {
+        self.open_writer(&mut writer.tantivy)?;
+        let Writer {
+            tantivy,
+            trigrams,
+            pending,
+        } = writer;
+        let Some(tantivy) = tantivy.as_mut() else {
+            return Err(StoreError::InvalidQuery("index writer not open".into()));
+        };
         let reader = store.reader()?;
         let mut scratch = String::new();
         let mut failure = None;
         // Records are read through the borrowed view: the text is assembled once, nothing else
         // of the message is decoded into owned values.
-        let read = reader.range_records(MessageId(ids.start)..MessageId(ids.end), |id, bytes| {
+        reader.range_records(MessageId(ids.start)..MessageId(ids.end), |id, bytes| {
             let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
-            let document = self.document(id, &view, &mut scratch);
-            if let Err(e) = writer.add_document(document) {
-                failure = Some(e);
+            let text = view.search_text_in(&mut scratch);
+            if trigrams.is_full(id.0) {
+                match self.trigrams.write_pending(trigrams) {
+                    Ok(segment) => pending.extend(segment),
+                    Err(e) => {
+                        failure = Some(e);
+                        return Ok(ControlFlow::Break(()));
+                    }
+                }
+            }
+            trigrams.add(id.0, text);
+            if let Err(e) = tantivy.add_document(self.document(id, &view, text)) {
+                failure = Some(e.into());
                 return Ok(ControlFlow::Break(()));
             }
             Ok(ControlFlow::Continue(()))
-        });
-        let failure = match (read, failure) {
-            (Ok(()), None) => {
-                self.fed.store(ids.end, Ordering::Release);
-                return Ok(());
-            }
-            (Err(e), _) => e,
-            (Ok(()), Some(e)) => e.into(),
-        };
-        self.fed.store(self.watermark().0, Ordering::Release);
-        writer.rollback()?;
-        Err(failure)
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        // Ids without a record (none today: ids are dense) hold no trigram.
+        trigrams.cover(ids);
+        Ok(())
     }
 
     /// Closes the index writer after its background segment merges finish, so that the files
@@ -365,9 +440,10 @@ impl SearchIndex {
     /// [`catch_up`](Self::catch_up) opens a new writer.
     pub fn finish_merges(&self) -> Result<()> {
         let mut guard = self.lock_writer()?;
-        if let Some(writer) = guard.take() {
-            // Closing the writer drops what was fed and not committed: feed it again later.
-            self.fed.store(self.watermark().0, Ordering::Release);
+        // Closing the writer drops what was fed and not committed: feed it again later. (A
+        // rollback here would also cancel the merges this waits for.)
+        self.drop_uncommitted_trigrams(&mut guard)?;
+        if let Some(writer) = guard.tantivy.take() {
             writer.wait_merging_threads()?;
         }
         Ok(())
@@ -380,9 +456,9 @@ impl SearchIndex {
         }
         {
             let mut guard = self.lock_writer()?;
-            let writer = self.open_writer(&mut guard)?;
             // Documents fed and not committed would survive the deletion: drop them first.
-            writer.rollback()?;
+            self.drop_uncommitted(&mut guard)?;
+            let writer = self.open_writer(&mut guard.tantivy)?;
             writer.delete_all_documents()?;
             let mut commit = writer.prepare_commit()?;
             commit.set_payload(&payload(0));
@@ -390,34 +466,25 @@ impl SearchIndex {
             self.watermark.store(0, Ordering::Release);
             self.fed.store(0, Ordering::Release);
             store.set_index_watermark(MessageId(0))?;
+            // After the commit: segments past a watermark of 0 are deleted at open anyway.
+            self.trigrams.clear()?;
         }
         self.catch_up(store, progress)
     }
 
-    fn document(
-        &self,
-        id: MessageId,
-        m: &MessageRecordView<'_>,
-        scratch: &mut String,
-    ) -> TantivyDocument {
+    fn document(&self, id: MessageId, m: &MessageRecordView<'_>, text: &str) -> TantivyDocument {
         let f = &self.fields;
-        let text = m.search_text_in(scratch);
         let mut doc = TantivyDocument::default();
         doc.add_u64(f.msg_id, id.0);
         doc.add_u64(f.session, m.session);
         doc.add_u64(f.role, m.role.code());
         doc.add_i64(f.created_at, m.created_at.0);
         doc.add_text(f.words, text);
-        doc.add_text(f.trigrams, text);
         doc
     }
 
     /// Filters for a scope, as non-scoring clauses.
-    fn scope_clauses(
-        &self,
-        scope: &Scope,
-        after: Option<MessageId>,
-    ) -> Vec<(Occur, Box<dyn Query>)> {
+    fn scope_clauses(&self, scope: &Scope) -> Vec<(Occur, Box<dyn Query>)> {
         let f = &self.fields;
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         let filter = |q: Box<dyn Query>| -> (Occur, Box<dyn Query>) {
@@ -452,47 +519,28 @@ impl SearchIndex {
             });
             clauses.push(filter(Box::new(RangeQuery::new(lower, upper))));
         }
-        if let Some(after) = after {
-            clauses.push(filter(Box::new(RangeQuery::new(
-                std::ops::Bound::Excluded(Term::from_field_u64(f.msg_id, after.0)),
-                std::ops::Bound::Unbounded,
-            ))));
-        }
         clauses
     }
 
-    fn trigram_query(&self, q: &TrigramQuery) -> Box<dyn Query> {
-        match q {
-            TrigramQuery::Gram(g) => Box::new(TermQuery::new(
-                Term::from_field_text(self.fields.trigrams, g),
-                IndexRecordOption::Basic,
-            )),
-            TrigramQuery::And(parts) => Box::new(BooleanQuery::intersection(
-                parts.iter().map(|p| self.trigram_query(p)).collect(),
-            )),
-            TrigramQuery::Or(parts) => Box::new(BooleanQuery::union(
-                parts.iter().map(|p| self.trigram_query(p)).collect(),
-            )),
-            // Never built for `All` (grep scans instead); match nothing rather than everything.
-            TrigramQuery::All => Box::new(BooleanQuery::new(Vec::new())),
-        }
-    }
-
-    /// Ids of indexed messages in `scope` (after `after`) whose trigrams satisfy `plan`, in id
-    /// order. A superset of the messages that match: callers verify each.
+    /// Visits the ids of indexed messages after `after` whose trigrams satisfy `plan`, in id
+    /// order, a batch at a time, until `visit` breaks. A superset of the messages that match:
+    /// callers verify each (and check its scope).
     pub(crate) fn regex_candidates(
         &self,
         plan: &TrigramQuery,
-        scope: &Scope,
         after: Option<MessageId>,
-    ) -> Result<Vec<MessageId>> {
-        let mut clauses = self.scope_clauses(scope, after);
-        clauses.push((Occur::Must, self.trigram_query(plan)));
-        let query = BooleanQuery::new(clauses);
-        let searcher = self.reader.searcher();
-        let mut ids = searcher.search(&query, &MessageIdCollector)?;
-        ids.sort_unstable();
-        Ok(ids.into_iter().map(MessageId).collect())
+        mut visit: impl FnMut(&[MessageId]) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        let watermark = self.watermark().0;
+        self.trigrams.candidates(plan, after.map(|a| a.0), |ids| {
+            // Published segments never pass the watermark; kept as a guard.
+            let ids: Vec<MessageId> = ids
+                .into_iter()
+                .take_while(|&id| id < watermark)
+                .map(MessageId)
+                .collect();
+            visit(&ids)
+        })
     }
 
     /// Ranked full-text search: up to `limit` (message id, score) from rank `offset`, and whether
@@ -506,7 +554,7 @@ impl SearchIndex {
     ) -> Result<(Vec<(MessageId, f32)>, bool)> {
         let parser = tantivy::query::QueryParser::for_index(&self.index, vec![self.fields.words]);
         let (query, _errors) = parser.parse_query_lenient(text);
-        let mut clauses = self.scope_clauses(scope, None);
+        let mut clauses = self.scope_clauses(scope);
         clauses.push((Occur::Must, query));
         let query = BooleanQuery::new(clauses);
         let searcher = self.reader.searcher();
@@ -544,9 +592,14 @@ impl SearchIndex {
         self.reader.searcher().num_docs()
     }
 
-    /// Number of segments a search (and an open) goes through.
+    /// Number of tantivy segments a full-text search (and an open) goes through.
     pub fn segment_count(&self) -> usize {
         self.reader.searcher().segment_readers().len()
+    }
+
+    /// Number of trigram segments a regex search goes through.
+    pub fn trigram_segment_count(&self) -> usize {
+        self.trigrams.segments().len()
     }
 }
 
@@ -554,48 +607,6 @@ fn io_error(path: &Path, source: std::io::Error) -> StoreError {
     StoreError::Io {
         path: path.display().to_string(),
         source,
-    }
-}
-
-/// Collects the `msg_id` of every matching document, without scoring.
-struct MessageIdCollector;
-
-struct MessageIdSegmentCollector {
-    column: Column<u64>,
-    ids: Vec<u64>,
-}
-
-impl Collector for MessageIdCollector {
-    type Fruit = Vec<u64>;
-    type Child = MessageIdSegmentCollector;
-
-    fn for_segment(&self, _ord: u32, segment: &SegmentReader) -> tantivy::Result<Self::Child> {
-        Ok(MessageIdSegmentCollector {
-            column: segment.fast_fields().u64("msg_id")?,
-            ids: Vec::new(),
-        })
-    }
-
-    fn requires_scoring(&self) -> bool {
-        false
-    }
-
-    fn merge_fruits(&self, fruits: Vec<Vec<u64>>) -> tantivy::Result<Vec<u64>> {
-        Ok(fruits.concat())
-    }
-}
-
-impl SegmentCollector for MessageIdSegmentCollector {
-    type Fruit = Vec<u64>;
-
-    fn collect(&mut self, doc: DocId, _score: tantivy::Score) {
-        if let Some(id) = self.column.first(doc) {
-            self.ids.push(id);
-        }
-    }
-
-    fn harvest(self) -> Vec<u64> {
-        self.ids
     }
 }
 
@@ -658,7 +669,6 @@ mod tests {
         assert_eq!(store.index_watermark().unwrap(), MessageId(0));
         assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 20);
         assert_indexed_once(&store, &index, 20);
-        let searcher = index.reader.searcher();
         // "message number0 here": windows starting or ending with a space are left out.
         let grams = [
             ("ber", true),
@@ -669,8 +679,15 @@ mod tests {
             ("r0 ", false),
         ];
         for (gram, held) in grams {
-            let term = Term::from_field_text(index.fields.trigrams, gram);
-            assert_eq!(searcher.doc_freq(&term).unwrap() > 0, held, "{gram:?}");
+            let plan = TrigramQuery::Gram(gram.into());
+            let mut found = Vec::new();
+            index
+                .regex_candidates(&plan, None, |ids| {
+                    found.extend_from_slice(ids);
+                    Ok(ControlFlow::Continue(()))
+                })
+                .unwrap();
+            assert_eq!(!found.is_empty(), held, "{gram:?}");
         }
     }
 

@@ -3,8 +3,8 @@
 //! The ground truth of lcm and what is derived from it:
 //! - [`store`]: the immutable store on redb (sessions, messages, originals). Durable on return,
 //!   append-only, atomic batches.
-//! - [`index`]: the tantivy index (words for BM25, trigrams for regex), derived from the store,
-//!   rebuildable from it, with a watermark.
+//! - [`index`]: the search index (tantivy for BM25 words, trigram segments for regex), derived
+//!   from the store, rebuildable from it, with a watermark.
 //! - [`mod@grep`]: regex and full-text search over both, complete and exact.
 //! - [`import`]: importing transcripts (Claude Code, OpenAI, lcm JSONL), idempotently.
 //! - [`integrity`]: the check of every invariant between the tables (and the index), and the
@@ -32,7 +32,8 @@ mod session_runs;
 pub mod store;
 pub mod tables;
 pub mod trigram;
-pub mod trigram_tokens;
+mod trigram_index;
+mod trigram_keys;
 mod view;
 pub mod word_tokens;
 

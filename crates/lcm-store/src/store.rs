@@ -800,6 +800,23 @@ impl StoreReader {
         Ok(())
     }
 
+    /// The ids of the messages of `session`, as ascending, disjoint ranges (one per run of
+    /// consecutive ids; ids grow with the sequence within a session).
+    pub(crate) fn session_id_ranges(&self, session: SessionId) -> Result<Vec<Range<u64>>> {
+        self.session(session)?;
+        let index = self.txn.open_table(tables::SESSION_RUNS)?;
+        let mut ranges: Vec<Range<u64>> = Vec::new();
+        for run in session_runs::runs_in(&index, session.0, 0..u64::MAX)? {
+            let run = run?;
+            let ids = run.first_id..run.first_id.saturating_add(run.len);
+            match ranges.last_mut() {
+                Some(last) if last.end == ids.start => last.end = ids.end,
+                _ => ranges.push(ids),
+            }
+        }
+        Ok(ranges)
+    }
+
     /// The stored bytes of the messages of `session` with sequence numbers in `seqs` and ids
     /// in `ids`, in order; the bytes live as long as one call of `visit`. (Ids grow with the
     /// sequence within a session, so the walk ends at the first id past `ids`.)

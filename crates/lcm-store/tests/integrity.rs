@@ -1203,8 +1203,19 @@ fn check_index_repair(
 #[test]
 fn index_with_fewer_documents_than_its_watermark_says_is_reindexed() {
     let (dir, path) = indexed_fixture();
-    // The index claims only 3 messages while it holds all 19 documents.
-    set_index_payload(&dir.path().join("index"), "lcm-index v2 watermark 3");
+    // The index's watermark (and its trigram segments) cover all 19 messages, but tantivy
+    // lost the documents of 16 of them.
+    let index = tantivy::Index::open_in_dir(dir.path().join("index")).unwrap();
+    let msg_id = index.schema().get_field("msg_id").unwrap();
+    let mut writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 15_000_000).unwrap();
+    for id in 3..19 {
+        writer.delete_term(tantivy::Term::from_field_u64(msg_id, id));
+    }
+    let payload = index.load_metas().unwrap().payload;
+    let mut commit = writer.prepare_commit().unwrap();
+    commit.set_payload(payload.as_deref().unwrap());
+    commit.commit().unwrap();
+    drop(writer);
     check_index_repair(
         dir.path(),
         &path,
@@ -1217,7 +1228,22 @@ fn index_with_fewer_documents_than_its_watermark_says_is_reindexed() {
 #[test]
 fn index_watermark_beyond_the_end_is_reindexed() {
     let (dir, path) = indexed_fixture();
-    set_index_payload(&dir.path().join("index"), "lcm-index v2 watermark 1000");
+    // The index of a store with 6 more messages, put in the place of this store's index.
+    let (other, other_path, _fx) = fixture();
+    {
+        let store = open(&other_path);
+        let session = store.create_session("more", None).unwrap();
+        let more = (0..6)
+            .map(|i| NewMessage::text(Role::User, format!("one more {i}")))
+            .collect();
+        store.append_batch(session, more).unwrap();
+        let index = SearchIndex::open(other.path().join("index"), &store, &SearchConfig::default())
+            .unwrap();
+        assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 25);
+        index.finish_merges().unwrap();
+    }
+    std::fs::remove_dir_all(dir.path().join("index")).unwrap();
+    copy_dir(&other.path().join("index"), &dir.path().join("index"));
     check_index_repair(
         dir.path(),
         &path,
@@ -1225,6 +1251,50 @@ fn index_watermark_beyond_the_end_is_reindexed() {
         "index",
         Repair::Reindex,
     );
+}
+
+/// An index whose watermark its trigram segments do not cover (here: a payload claiming 1,000
+/// messages) is discarded at open, and the next catch-up rebuilds it; the store is unchanged.
+#[test]
+fn index_whose_trigram_segments_fall_short_of_its_watermark_is_rebuilt() {
+    let (dir, path) = indexed_fixture();
+    let before = content(&path);
+    let index_dir = dir.path().join("index");
+    let payload = tantivy::Index::open_in_dir(&index_dir)
+        .unwrap()
+        .load_metas()
+        .unwrap()
+        .payload
+        .unwrap();
+    set_index_payload(
+        &index_dir,
+        &payload.replace("watermark 19", "watermark 1000"),
+    );
+    let store = open(&path);
+    let index =
+        SearchIndex::open(dir.path().join("index"), &store, &SearchConfig::default()).unwrap();
+    assert_eq!(index.watermark(), MessageId(0));
+    assert_eq!(index.num_docs(), 0);
+    assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 19);
+    let report = check(&store, Some(&index)).unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    drop(index);
+    drop(store);
+    // Only the watermark copy moved (to 0 at open, back to 19 after the catch-up).
+    assert_eq!(content(&path), before);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }
 
 #[test]

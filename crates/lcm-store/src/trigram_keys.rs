@@ -1,0 +1,291 @@
+//! The trigrams of a text as the trigram index ([`crate::trigram_index`]) keys them: each
+//! distinct lowercased character trigram once, packed into a number, except those that start or
+//! end with ASCII whitespace ([`crate::trigram::is_indexed`]) and those holding a character
+//! whose lowercase is not exactly one character (`İ`), which the query planner never asks for.
+//!
+//! A key is the three lowercased characters packed 21 bits each ([`pack`]); the planner's grams
+//! are keyed by the same function ([`gram_key`]), so both sides agree by construction. Each
+//! character is lowercased on its own (tantivy's `LowerCaser`: no final-sigma rule), as the
+//! planner assumes. The index records which messages hold a key, not how often, so a text's
+//! repeats are dropped here: a 100 KB tool output has 100,000 windows and typically a few
+//! thousand distinct trigrams.
+
+use rustc_hash::FxHashSet;
+
+use crate::trigram::is_indexed_bytes;
+
+/// Buffers that grew beyond this many entries are dropped after a text, so that one huge message
+/// does not pin their memory.
+const KEEP_CAPACITY: usize = 1 << 16;
+/// Trigrams of three 7-bit characters.
+pub(crate) const ASCII_TRIGRAMS: usize = 1 << 21;
+
+/// Three lowercased characters as one key: 21 bits each (every `char` fits), first one highest,
+/// so keys sort as their characters do.
+#[inline]
+pub(crate) fn pack(a: u32, b: u32, c: u32) -> u64 {
+    u64::from(a) << 42 | u64::from(b) << 21 | u64::from(c)
+}
+
+/// The key of a planner gram (three lowercased characters); `None` for anything else.
+pub(crate) fn gram_key(gram: &str) -> Option<u64> {
+    let mut chars = gram.chars();
+    let (a, b, c) = (chars.next()?, chars.next()?, chars.next()?);
+    chars
+        .next()
+        .is_none()
+        .then(|| pack(a.into(), b.into(), c.into()))
+}
+
+/// The index of an all-ASCII key in a table of [`ASCII_TRIGRAMS`] entries, if it is one.
+#[inline]
+pub(crate) fn ascii_slot(key: u64) -> Option<usize> {
+    let (a, b, c) = (key >> 42, (key >> 21) & 0x1f_ffff, key & 0x1f_ffff);
+    (a < 128 && b < 128 && c < 128).then_some((a << 14 | b << 7 | c) as usize)
+}
+
+/// Collects the distinct trigram keys of one text at a time, reusing its buffers.
+#[derive(Clone, Default)]
+pub(crate) struct DistinctTrigrams {
+    /// Trigrams of three ASCII characters seen in the current text, as bits of a 2^21-bit set
+    /// indexed by the three lowercased 7-bit characters (allocated at first use: 256 KiB).
+    seen_ascii: Vec<u64>,
+    /// The bits set in `seen_ascii`, to clear them after the text.
+    ascii_set: Vec<u32>,
+    /// The other trigrams seen in the current text.
+    seen: FxHashSet<u64>,
+    /// The distinct keys of the current text, in order of first appearance.
+    keys: Vec<u64>,
+}
+
+impl DistinctTrigrams {
+    /// The distinct keys of `text`, in order of first appearance.
+    pub(crate) fn keys(&mut self, text: &str) -> &[u64] {
+        for bit in self.ascii_set.drain(..) {
+            self.seen_ascii[(bit / 64) as usize] &= !(1 << (bit % 64));
+        }
+        if self.ascii_set.capacity() > KEEP_CAPACITY {
+            self.ascii_set = Vec::new();
+        }
+        if self.seen_ascii.is_empty() {
+            self.seen_ascii = vec![0; ASCII_TRIGRAMS / 64];
+        }
+        if self.seen.capacity() > KEEP_CAPACITY {
+            self.seen = FxHashSet::default();
+        } else {
+            self.seen.clear();
+        }
+        if self.keys.capacity() > KEEP_CAPACITY {
+            self.keys = Vec::new();
+        } else {
+            self.keys.clear();
+        }
+        if text.is_ascii() {
+            for w in text.as_bytes().windows(3) {
+                if !is_indexed_bytes(w) {
+                    continue;
+                }
+                let (a, b, c) = (
+                    w[0].to_ascii_lowercase(),
+                    w[1].to_ascii_lowercase(),
+                    w[2].to_ascii_lowercase(),
+                );
+                self.insert_ascii(a, b, c);
+            }
+            return &self.keys;
+        }
+        // The two characters before the current one: byte offset and single-char lowercase.
+        let mut before: [(usize, Option<char>); 2] = [(0, None); 2];
+        for (n, (offset, c)) in text.char_indices().enumerate() {
+            let lower = single_lowercase(c);
+            if n >= 2 {
+                let from = before[0].0;
+                let to = offset + c.len_utf8();
+                if is_indexed_bytes(&text.as_bytes()[from..to]) {
+                    match (before[0].1, before[1].1, lower) {
+                        (Some(a), Some(b), Some(c))
+                            if a.is_ascii() && b.is_ascii() && c.is_ascii() =>
+                        {
+                            self.insert_ascii(a as u8, b as u8, c as u8)
+                        }
+                        (Some(a), Some(b), Some(c)) => {
+                            let key = pack(a.into(), b.into(), c.into());
+                            if self.seen.insert(key) {
+                                self.keys.push(key);
+                            }
+                        }
+                        // A character with a longer lowercase: never a planner gram.
+                        _ => {}
+                    }
+                }
+            }
+            before = [before[1], (offset, lower)];
+        }
+        &self.keys
+    }
+
+    /// Records the trigram of three lowercased ASCII bytes if it is new in this text.
+    #[inline]
+    fn insert_ascii(&mut self, a: u8, b: u8, c: u8) {
+        let bit = u32::from(a) << 14 | u32::from(b) << 7 | u32::from(c);
+        let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+        if self.seen_ascii[word] & mask != 0 {
+            return;
+        }
+        self.seen_ascii[word] |= mask;
+        self.ascii_set.push(bit);
+        self.keys.push(pack(a.into(), b.into(), c.into()));
+    }
+}
+
+/// The lowercase of `c` if it is exactly one character.
+fn single_lowercase(c: char) -> Option<char> {
+    if c.is_ascii() {
+        return Some(c.to_ascii_lowercase());
+    }
+    let mut lower = c.to_lowercase();
+    let first = lower.next()?;
+    lower.next().is_none().then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+    use tantivy::tokenizer::{LowerCaser, NgramTokenizer, TextAnalyzer};
+
+    fn distinct(text: &str) -> Vec<String> {
+        DistinctTrigrams::default()
+            .keys(text)
+            .iter()
+            .map(|&key| unpack(key))
+            .collect()
+    }
+
+    fn unpack(key: u64) -> String {
+        [key >> 42, (key >> 21) & 0x1f_ffff, key & 0x1f_ffff]
+            .into_iter()
+            .map(|c| char::from_u32(c as u32).unwrap())
+            .collect()
+    }
+
+    /// What the planner can ask for: every window of three characters, lowercased by tantivy's
+    /// own `LowerCaser`, that is still three characters and is indexed.
+    fn every_window(text: &str) -> Vec<String> {
+        let mut analyzer = TextAnalyzer::builder(NgramTokenizer::new(3, 3, false).unwrap())
+            .filter(LowerCaser)
+            .build();
+        let mut stream = analyzer.token_stream(text);
+        let mut out = Vec::new();
+        while stream.advance() {
+            let gram = &stream.token().text;
+            if gram.chars().count() == 3 && crate::trigram::is_indexed(gram) {
+                out.push(gram.clone());
+            }
+        }
+        out
+    }
+
+    fn check(text: &str) {
+        let ours = distinct(text);
+        let set: BTreeSet<&String> = ours.iter().collect();
+        assert_eq!(
+            set.len(),
+            ours.len(),
+            "repeated trigram in {text:?}: {ours:?}"
+        );
+        let theirs: BTreeSet<String> = every_window(text).into_iter().collect();
+        assert_eq!(
+            set,
+            theirs.iter().collect::<BTreeSet<_>>(),
+            "terms of {text:?}"
+        );
+    }
+
+    #[test]
+    fn each_trigram_once_lowercased() {
+        assert_eq!(distinct("abcABCabc"), ["abc", "bca", "cab"]);
+        assert_eq!(distinct("ab"), Vec::<String>::new());
+        assert_eq!(distinct(""), Vec::<String>::new());
+        assert_eq!(distinct("ÀÉÎ àéî"), ["àéî", "î à"]);
+        assert_eq!(distinct("ab cd\tef\u{b}gh"), ["b c", "d\te", "f\u{b}g"]);
+        assert_eq!(distinct("Abc abcd\nbcd"), ["abc", "c a", "bcd", "d\nb"]);
+        assert_eq!(distinct("x    y"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn characters_with_long_lowercase_match_tantivy() {
+        // İ lowercases to two characters; Σ has a final form that LowerCaser does not apply.
+        for text in [
+            "İİİ aİb İx",
+            "ΣΑΣ σας",
+            "ẞtraße",
+            "ǅemal ǆ",
+            "日本語のテキスト 🦀🦀🦀",
+            // The Kelvin sign lowercases to ASCII `k`: one term with the `kab` of ASCII text.
+            "\u{212A}ab kab KAB",
+        ] {
+            check(text);
+        }
+        // `İ` lowercases to two characters: no gram holds it.
+        assert_eq!(distinct("xİy"), Vec::<String>::new());
+        assert_eq!(distinct("abİcd"), Vec::<String>::new());
+        assert_eq!(
+            gram_key("abc"),
+            Some(pack('a'.into(), 'b'.into(), 'c'.into()))
+        );
+        assert_eq!(gram_key("ab"), None);
+        assert_eq!(gram_key("abcd"), None);
+    }
+
+    #[test]
+    fn large_texts_release_their_buffers() {
+        let mut trigrams = DistinctTrigrams::default();
+        // Pseudo-random CJK characters: almost every trigram distinct.
+        let mut state = 1u32;
+        let big: String = (0..200_000)
+            .map(|_| {
+                state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                char::from_u32(0x4e00 + (state >> 16) % 20_000).unwrap_or('x')
+            })
+            .collect();
+        assert!(trigrams.keys(&big).len() > KEEP_CAPACITY);
+        assert_eq!(trigrams.keys("small").len(), 3);
+        assert!(trigrams.seen.capacity() <= KEEP_CAPACITY);
+        assert!(trigrams.ascii_set.capacity() <= KEEP_CAPACITY);
+        assert!(trigrams.keys.capacity() <= KEEP_CAPACITY);
+    }
+
+    #[test]
+    fn ascii_slots_only_for_ascii_keys() {
+        let key = pack('a'.into(), 'b'.into(), 'c'.into());
+        assert_eq!(ascii_slot(key), Some((97 << 14) | (98 << 7) | 99));
+        assert_eq!(ascii_slot(pack('a'.into(), 'é'.into(), 'c'.into())), None);
+        assert_eq!(ascii_slot(pack(0x7f, 0x7f, 0x7f)), Some(ASCII_TRIGRAMS - 1));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn same_terms_as_ngrams_then_lowercaser(
+            text in proptest::collection::vec(
+                prop_oneof![
+                    Just('a'), Just('B'), Just('c'), Just(' '), Just('\n'), Just('_'),
+                    Just('İ'), Just('Σ'), Just('ς'), Just('ẞ'), Just('ǅ'), Just('é'),
+                    Just('É'), Just('日'), Just('🦀'), Just('\u{307}'),
+                    any::<char>(),
+                ],
+                0..40,
+            ).prop_map(|chars| chars.into_iter().collect::<String>()),
+        ) {
+            check(&text);
+        }
+
+        #[test]
+        fn same_terms_on_ascii(text in "[a-cA-C _\\n\\t\\r\\x0b\\x0c]{0,60}") {
+            check(&text);
+        }
+    }
+}
