@@ -166,7 +166,8 @@ impl TrigramIndex {
     }
 
     /// Makes `pending` (written after the published ones, in order, contiguous) searchable,
-    /// then merges the tail if it holds enough segments of one size.
+    /// then merges the tail if it holds enough segments of one size. Fails only if `pending`
+    /// does not continue the published segments (a bug), before anything changes.
     pub(crate) fn publish(&self, pending: Vec<Arc<Segment>>) -> Result<()> {
         if pending.is_empty() {
             return Ok(());
@@ -184,7 +185,12 @@ impl TrigramIndex {
         }
         segments.extend(pending);
         self.replace(segments);
-        self.merge_tail()
+        // A failed merge (a full disk) loses nothing: the parts stay published and a temporary
+        // file is deleted at the next open. It must not fail the commit that already happened.
+        if let Err(e) = self.merge_tail() {
+            tracing::warn!(error = %e, "trigram segment merge failed; segments left as they are");
+        }
+        Ok(())
     }
 
     /// Deletes segments written but never published (their commit failed or was dropped).
@@ -360,7 +366,7 @@ impl TrigramBuilder {
             || self
                 .cover
                 .as_ref()
-                .is_some_and(|c| next_id - c.start >= u64::from(u32::MAX))
+                .is_some_and(|c| next_id.saturating_sub(c.start) >= u64::from(u32::MAX))
     }
 
     /// Extends the cover to `ids` (which must start where it ends): messages of the range not
