@@ -99,3 +99,13 @@ impl From<tantivy::query::QueryParserError> for StoreError {
         StoreError::InvalidQuery(e.to_string())
     }
 }
+
+impl StoreError {
+    /// An I/O error on `path`.
+    pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}

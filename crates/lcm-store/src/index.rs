@@ -169,9 +169,9 @@ impl SearchIndex {
             None => {
                 if dir.exists() {
                     tracing::warn!(dir = %dir.display(), "search index unusable; rebuilding it from the store");
-                    std::fs::remove_dir_all(dir).map_err(|source| io_error(dir, source))?;
+                    std::fs::remove_dir_all(dir).map_err(|source| StoreError::io(dir, source))?;
                 }
-                std::fs::create_dir_all(dir).map_err(|source| io_error(dir, source))?;
+                std::fs::create_dir_all(dir).map_err(|source| StoreError::io(dir, source))?;
                 let index = Index::create_in_dir(dir, schema().0)?;
                 (index, TrigramIndex::create(&dir.join(TRIGRAM_DIR))?)
             }
@@ -600,13 +600,6 @@ impl SearchIndex {
     /// Number of trigram segments a regex search goes through.
     pub fn trigram_segment_count(&self) -> usize {
         self.trigrams.segments().len()
-    }
-}
-
-fn io_error(path: &Path, source: std::io::Error) -> StoreError {
-    StoreError::Io {
-        path: path.display().to_string(),
-        source,
     }
 }
 

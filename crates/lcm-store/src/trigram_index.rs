@@ -80,7 +80,7 @@ impl TrigramIndex {
     /// A new, empty index in `dir` (created if absent; segment files already there are
     /// deleted).
     pub(crate) fn create(dir: &Path) -> Result<TrigramIndex> {
-        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
         for (path, _) in segment_files(dir)? {
             remove_file(&path)?;
         }
@@ -130,8 +130,8 @@ impl TrigramIndex {
             for path in leftovers {
                 remove_file(&path)?;
             }
-            for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
-                let path = entry.map_err(|e| io_error(dir, e))?.path();
+            for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
+                let path = entry.map_err(|e| StoreError::io(dir, e))?.path();
                 if path.to_string_lossy().ends_with(TMP_SUFFIX) {
                     remove_file(&path)?;
                 }
@@ -263,7 +263,7 @@ impl TrigramIndex {
         let name = format!("{:020}-{:020}", ids.start, ids.end);
         let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
         let path = dir.join(format!("{name}{SUFFIX}"));
-        let file = File::create(&tmp).map_err(|e| io_error(&tmp, e))?;
+        let file = File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         {
             let mut writer = SegmentWriter::new(&mut out as &mut dyn Write, ids.start)
@@ -273,13 +273,13 @@ impl TrigramIndex {
         }
         let file = out
             .into_inner()
-            .map_err(|e| io_error(&tmp, e.into_error()))?;
-        file.sync_data().map_err(|e| io_error(&tmp, e))?;
+            .map_err(|e| StoreError::io(&tmp, e.into_error()))?;
+        file.sync_data().map_err(|e| StoreError::io(&tmp, e))?;
         drop(file);
-        std::fs::rename(&tmp, &path).map_err(|e| io_error(&path, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, e))?;
         File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| io_error(dir, e))?;
+            .map_err(|e| StoreError::io(dir, e))?;
         Ok(Arc::new(Segment::map(&path)?))
     }
 
@@ -312,8 +312,8 @@ impl TrigramIndex {
 /// The segment files in `dir` and the ids their names say they cover.
 fn segment_files(dir: &Path) -> Result<Vec<(PathBuf, Range<u64>)>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
-        let path = entry.map_err(|e| io_error(dir, e))?.path();
+    for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
+        let path = entry.map_err(|e| StoreError::io(dir, e))?.path();
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
@@ -590,11 +590,11 @@ impl std::fmt::Debug for Segment {
 
 impl Segment {
     fn map(path: &Path) -> Result<Segment> {
-        let file = File::open(path).map_err(|e| io_error(path, e))?;
+        let file = File::open(path).map_err(|e| StoreError::io(path, e))?;
         // SAFETY: segment files are written once, synced and renamed into place, and never
         // written again (only deleted, which leaves a mapping intact); lcm does not support
         // other processes editing its data directory (as for tantivy's own mapped files).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_error(path, e))?;
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| StoreError::io(path, e))?;
         Segment::parse(SegmentBytes::Mapped(map), Some(path.to_path_buf()))
     }
 
@@ -827,13 +827,6 @@ fn read_varint(bytes: &mut &[u8]) -> Option<u64> {
     None
 }
 
-fn io_error(path: &Path, source: std::io::Error) -> StoreError {
-    StoreError::Io {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
 /// A write error without a path yet (the writer does not know its file).
 fn write_error(source: std::io::Error) -> StoreError {
     StoreError::Io {
@@ -844,7 +837,7 @@ fn write_error(source: std::io::Error) -> StoreError {
 
 fn with_path(e: StoreError, path: &Path) -> StoreError {
     match e {
-        StoreError::Io { path: p, source } if p.is_empty() => io_error(path, source),
+        StoreError::Io { path: p, source } if p.is_empty() => StoreError::io(path, source),
         other => other,
     }
 }
@@ -853,7 +846,7 @@ fn remove_file(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io_error(path, e)),
+        Err(e) => Err(StoreError::io(path, e)),
     }
 }
 
@@ -942,13 +935,7 @@ mod tests {
         let index = TrigramIndex::in_memory();
         // One message of 100,000 pseudo-random CJK characters: a segment of about 1.7 MB
         // (a level above the small ones).
-        let mut state = 7u32;
-        let big: String = (0..100_000)
-            .map(|_| {
-                state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-                char::from_u32(0x4e00 + (state >> 16) % 20_000).unwrap_or('x')
-            })
-            .collect();
+        let big = crate::trigram_keys::random_cjk(100_000, 7);
         add(&index, 0, &[&big], &[]);
         assert!(index.segments()[0].level() > 0);
         for round in 0..3u64 {

@@ -148,6 +148,18 @@ fn single_lowercase(c: char) -> Option<char> {
     lower.next().is_none().then_some(first)
 }
 
+/// `n` pseudo-random CJK characters from `seed`: almost every trigram distinct (tests).
+#[cfg(test)]
+pub(crate) fn random_cjk(n: usize, seed: u32) -> String {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            char::from_u32(0x4e00 + (state >> 16) % 20_000).unwrap_or('x')
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,14 +254,7 @@ mod tests {
     #[test]
     fn large_texts_release_their_buffers() {
         let mut trigrams = DistinctTrigrams::default();
-        // Pseudo-random CJK characters: almost every trigram distinct.
-        let mut state = 1u32;
-        let big: String = (0..200_000)
-            .map(|_| {
-                state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-                char::from_u32(0x4e00 + (state >> 16) % 20_000).unwrap_or('x')
-            })
-            .collect();
+        let big = random_cjk(200_000, 1);
         assert!(trigrams.keys(&big).len() > KEEP_CAPACITY);
         assert_eq!(trigrams.keys("small").len(), 3);
         assert!(trigrams.seen.capacity() <= KEEP_CAPACITY);
