@@ -33,8 +33,14 @@ pub(crate) struct CoalescedFile {
     held: Mutex<Held>,
     /// Whether `held` has any write (readers skip the lock when not).
     holding: AtomicBool,
+    /// Whether anything was written or resized since the last successful `fdatasync` (true at
+    /// first: the file may hold writes of before this open). redb syncs twice in a row when it
+    /// closes; the second one has nothing to make durable and is skipped.
+    unsynced: AtomicBool,
     /// `pwrite` calls made, for tests and diagnostics.
     writes: AtomicU64,
+    /// `fdatasync` calls made, for tests.
+    syncs: AtomicU64,
 }
 
 /// Writes not yet given to the file, by offset; no two overlap.
@@ -50,7 +56,9 @@ impl CoalescedFile {
             inner,
             held: Mutex::new(Held::default()),
             holding: AtomicBool::new(false),
+            unsynced: AtomicBool::new(true),
             writes: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
         }
     }
 
@@ -58,6 +66,12 @@ impl CoalescedFile {
     #[cfg(test)]
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
+    }
+
+    /// `fdatasync` calls made so far.
+    #[cfg(test)]
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     fn held(&self) -> MutexGuard<'_, Held> {
@@ -134,12 +148,22 @@ impl StorageBackend for CoalescedFile {
         // Held writes past a shrunk end must not come back at the next sync.
         let mut held = self.held();
         self.write_out(&mut held)?;
+        self.unsynced.store(true, Ordering::Release);
         self.inner.set_len(len)
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
         self.write_out(&mut self.held())?;
-        self.inner.sync_data()
+        // Cleared before the sync: a write racing with it sets it again for the next one.
+        if !self.unsynced.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        let synced = self.inner.sync_data();
+        if synced.is_err() {
+            self.unsynced.store(true, Ordering::Release);
+        }
+        synced
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
@@ -157,6 +181,7 @@ impl StorageBackend for CoalescedFile {
         held.writes.insert(offset, data.to_vec());
         held.bytes += data.len();
         self.holding.store(true, Ordering::Release);
+        self.unsynced.store(true, Ordering::Release);
         if held.bytes > MAX_HELD_BYTES {
             self.write_out(&mut held)?;
         }
@@ -252,6 +277,32 @@ mod tests {
                     .all(|&b| b == expected)
             );
         }
+    }
+
+    #[test]
+    fn a_sync_with_nothing_written_since_the_last_one_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_path, f) = file(&dir);
+        // The first sync always goes to the file (it may hold writes from before the open).
+        f.sync_data().unwrap();
+        assert_eq!(f.syncs(), 1);
+        f.sync_data().unwrap();
+        assert_eq!(f.syncs(), 1, "nothing to make durable");
+        f.write(0, &[1; 4096]).unwrap();
+        f.sync_data().unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(f.syncs(), 2);
+        // A resize changes the file's length: synced too.
+        f.set_len(8 * 4096).unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(f.syncs(), 3);
+        // A read changes nothing, even one that writes the held pages out.
+        f.write(4096, &[2; 4096]).unwrap();
+        let mut page = [0u8; 4096];
+        f.read(4096, &mut page).unwrap();
+        f.sync_data().unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(f.syncs(), 4);
     }
 
     #[derive(Debug, Clone)]
