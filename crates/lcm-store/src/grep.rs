@@ -204,7 +204,10 @@ fn regex_grep(
             Some(session) => Some(reader.session_id_ranges(session)?),
             None => None,
         };
-        index.regex_candidates(&plan, after, |ids| {
+        // One watermark for both halves: candidates below it, a scan from it. (Read twice, a
+        // catch-up between the reads would leave its messages to neither.)
+        let indexed = index.watermark();
+        index.regex_candidates(&plan, after, indexed, |ids| {
             let mut flow = ControlFlow::Continue(());
             let in_scope = ids.iter().copied().filter(|id| {
                 session_ids
@@ -219,15 +222,7 @@ fn regex_grep(
         })?;
         // Not yet indexed: scan.
         if !collector.full() {
-            let tail = index.unindexed(end);
-            scan(
-                store,
-                &reader,
-                scope,
-                after,
-                tail.start..tail.end,
-                &mut collector,
-            )?;
+            scan(store, &reader, scope, after, indexed..end, &mut collector)?;
         }
         Strategy::TrigramIndex
     };

@@ -161,7 +161,7 @@ impl SearchIndex {
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
         let dir = dir.as_ref();
-        let (index, trigrams) = match Self::open_existing(dir, !store.is_read_only())? {
+        let (index, trigrams, watermark) = match Self::open_existing(dir, !store.is_read_only())? {
             Some(parts) => parts,
             // A read-only store leaves the directory alone: an empty index in memory has
             // watermark 0, so grep scans the store, complete but slower.
@@ -173,14 +173,22 @@ impl SearchIndex {
                 }
                 std::fs::create_dir_all(dir).map_err(|source| StoreError::io(dir, source))?;
                 let index = Index::create_in_dir(dir, schema().0)?;
-                (index, TrigramIndex::create(&dir.join(TRIGRAM_DIR))?)
+                (index, TrigramIndex::create(&dir.join(TRIGRAM_DIR))?, 0)
             }
         };
-        Self::init(index, trigrams, Some(dir.to_path_buf()), store, config)
+        Self::init(
+            index,
+            trigrams,
+            watermark,
+            Some(dir.to_path_buf()),
+            store,
+            config,
+        )
     }
 
-    /// The tantivy index and the trigram segments in `dir` if both are usable and agree.
-    fn open_existing(dir: &Path, writable: bool) -> Result<Option<(Index, TrigramIndex)>> {
+    /// The tantivy index, the trigram segments and the watermark in `dir`, if both parts are
+    /// usable and agree.
+    fn open_existing(dir: &Path, writable: bool) -> Result<Option<(Index, TrigramIndex, u64)>> {
         if !dir.join("meta.json").exists() {
             return Ok(None);
         }
@@ -193,7 +201,7 @@ impl SearchIndex {
         // An empty index has no payload yet; anything else must be ours.
         let watermark = match metas.payload.as_deref() {
             None => 0,
-            Some(_) => match parse_payload(metas.payload.as_deref()) {
+            payload => match parse_payload(payload) {
                 Some(watermark) => watermark,
                 None => return Ok(None),
             },
@@ -210,7 +218,7 @@ impl SearchIndex {
                 None => return Ok(None),
             }
         };
-        Ok(Some((index, trigrams)))
+        Ok(Some((index, trigrams, watermark)))
     }
 
     /// An index in memory (tests and benchmarks).
@@ -219,15 +227,18 @@ impl SearchIndex {
         Self::init(
             Index::create_in_ram(schema),
             TrigramIndex::in_memory(),
+            0,
             None,
             store,
             config,
         )
     }
 
+    /// `watermark` is what the payload of the index's last commit says (0 for a new index).
     fn init(
         index: Index,
         trigrams: TrigramIndex,
+        watermark: u64,
         dir: Option<PathBuf>,
         store: &Store,
         config: &SearchConfig,
@@ -238,8 +249,6 @@ impl SearchIndex {
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
-        let metas = index.load_metas()?;
-        let watermark = parse_payload(metas.payload.as_deref()).unwrap_or(0);
         // The index's own payload is the truth about what it holds; the store's copy follows
         // (at the next writable open, for a read-only store).
         if !store.is_read_only() && store.index_watermark()?.0 != watermark {
@@ -394,15 +403,12 @@ impl SearchIndex {
     }
 
     fn try_add_documents(&self, writer: &mut Writer, store: &Store, ids: Range<u64>) -> Result<()> {
-        self.open_writer(&mut writer.tantivy)?;
         let Writer {
             tantivy,
             trigrams,
             pending,
         } = writer;
-        let Some(tantivy) = tantivy.as_mut() else {
-            return Err(StoreError::InvalidQuery("index writer not open".into()));
-        };
+        let tantivy = self.open_writer(tantivy)?;
         let reader = store.reader()?;
         let mut scratch = String::new();
         let mut failure = None;
@@ -522,21 +528,23 @@ impl SearchIndex {
         clauses
     }
 
-    /// Visits the ids of indexed messages after `after` whose trigrams satisfy `plan`, in id
-    /// order, a batch at a time, until `visit` breaks. A superset of the messages that match:
-    /// callers verify each (and check its scope).
+    /// Visits the ids of messages after `after` and below `indexed` (a watermark the caller
+    /// read once, and scans from) whose trigrams satisfy `plan`, in id order, a batch at a
+    /// time, until `visit` breaks. A superset of the messages that match: callers verify each
+    /// (and check its scope).
     pub(crate) fn regex_candidates(
         &self,
         plan: &TrigramQuery,
         after: Option<MessageId>,
+        indexed: MessageId,
         mut visit: impl FnMut(&[MessageId]) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
-        let watermark = self.watermark().0;
         self.trigrams.candidates(plan, after.map(|a| a.0), |ids| {
-            // Published segments never pass the watermark; kept as a guard.
+            // A catch-up publishes a segment just before it moves the watermark: ids past the
+            // caller's watermark are left to its scan.
             let ids: Vec<MessageId> = ids
                 .into_iter()
-                .take_while(|&id| id < watermark)
+                .take_while(|&id| id < indexed.0)
                 .map(MessageId)
                 .collect();
             visit(&ids)
@@ -675,7 +683,7 @@ mod tests {
             let plan = TrigramQuery::Gram(gram.into());
             let mut found = Vec::new();
             index
-                .regex_candidates(&plan, None, |ids| {
+                .regex_candidates(&plan, None, index.watermark(), |ids| {
                     found.extend_from_slice(ids);
                     Ok(ControlFlow::Continue(()))
                 })

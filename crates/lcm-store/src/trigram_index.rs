@@ -761,9 +761,11 @@ impl Segment {
     /// A rough cost of evaluating `query`: bytes of postings it decodes.
     fn estimate(&self, query: &TrigramQuery) -> usize {
         match query {
-            TrigramQuery::Gram(gram) => match gram_key(gram).and_then(|k| self.find(k)) {
-                Some(at) => self.postings(at).map_or(usize::MAX, <[u8]>::len),
-                None if gram_key(gram).is_some() => 0,
+            TrigramQuery::Gram(gram) => match gram_key(gram) {
+                // Absent from this segment: nothing to decode.
+                Some(key) => self
+                    .find(key)
+                    .map_or(0, |at| self.postings(at).map_or(usize::MAX, <[u8]>::len)),
                 None => usize::MAX,
             },
             TrigramQuery::All => usize::MAX,
