@@ -545,14 +545,17 @@ fn full_text_grep(
     };
 
     let mut next = None;
-    let tail_after = match cursor {
+    // Where the scan of the messages no ranking covers starts: the watermark of the searcher
+    // that ranked, or, on a page after the ranked ones, just after the last hit (everything
+    // below that was ranked or scanned already, whatever was indexed since).
+    let tail_start = match cursor {
         None | Some(Cursor::Ranked(_)) => {
             let offset = match cursor {
                 Some(Cursor::Ranked(o)) => o,
                 _ => 0,
             };
-            let (ranked, more) = index.full_text(&request.pattern, scope, offset, limit)?;
-            for (id, score) in &ranked {
+            let ranked = index.full_text(&request.pattern, scope, offset, limit)?;
+            for (id, score) in &ranked.hits {
                 if let Some(m) = reader.try_message(*id)? {
                     examined += 1;
                     if let Some(hit) = make_hit(&m, Some(*score))? {
@@ -560,21 +563,23 @@ fn full_text_grep(
                     }
                 }
             }
-            if more {
-                next = Some(Cursor::Ranked(offset + ranked.len()));
+            if ranked.more {
+                next = Some(Cursor::Ranked(offset + ranked.hits.len()));
             }
-            None
+            ranked.indexed
         }
-        Some(Cursor::After(id)) => Some(id),
+        Some(Cursor::After(id)) => MessageId(id.0 + 1),
     };
 
-    if next.is_none() && hits.len() < limit {
-        let end = store.next_message_id()?;
-        let tail = index.unindexed(end);
-        let start = tail_after.map_or(tail.start, |a| MessageId(a.0 + 1).max(tail.start));
+    let end = store.next_message_id()?;
+    if next.is_none() && hits.len() >= limit && tail_start < end {
+        // The ranked hits ended exactly at the limit: the next page scans the rest. (Ranked
+        // hits exist, so `tail_start`, the watermark, is at least 1.)
+        next = Some(Cursor::After(MessageId(tail_start.0.saturating_sub(1))));
+    } else if next.is_none() && hits.len() < limit {
         let mut failure = None;
         let mut last = None;
-        reader.for_each_message(start..tail.end, |m| {
+        reader.for_each_message(tail_start..end, |m| {
             if !scope.admits(&m) {
                 return ControlFlow::Continue(());
             }
@@ -841,6 +846,113 @@ mod tests {
         assert_eq!(snippet("short needle", 6, 12, 200), "short needle");
         let s = snippet("é\nneedle\tx", 3, 9, 200);
         assert_eq!(s, "é needle x");
+    }
+
+    fn store_with_zebras(n: usize) -> (Store, lcm_core::ids::SessionId) {
+        let store = Store::open_in_memory(crate::store::StoreOptions {
+            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        })
+        .unwrap();
+        let session = store.create_session("zoo", None).unwrap();
+        for i in 0..n {
+            store
+                .append(
+                    session,
+                    lcm_core::message::NewMessage::text(
+                        lcm_core::message::Role::User,
+                        format!("zebra number {i}"),
+                    ),
+                )
+                .unwrap();
+        }
+        (store, session)
+    }
+
+    fn zebras(
+        store: &Store,
+        index: &SearchIndex,
+        config: &SearchConfig,
+        cursor: Option<String>,
+    ) -> GrepPage {
+        let request = GrepRequest {
+            pattern: "zebra".into(),
+            mode: GrepMode::FullText,
+            scope: Scope::default(),
+            limit: Some(2),
+            cursor,
+        };
+        grep(store, index, config, &request).unwrap()
+    }
+
+    /// Every page of a full-text search, following cursors.
+    fn all_zebras(store: &Store, index: &SearchIndex, config: &SearchConfig) -> Vec<MessageId> {
+        let mut found = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = zebras(store, index, config, cursor);
+            found.extend(page.hits.iter().map(|h| h.message));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return found,
+            }
+        }
+    }
+
+    #[test]
+    fn full_text_finds_every_message_between_the_commits_of_a_catch_up() {
+        let (store, _) = store_with_zebras(6);
+        let config = SearchConfig {
+            index_batch: 2,
+            ..SearchConfig::default()
+        };
+        let index = SearchIndex::open_in_ram(&store, &config).unwrap();
+        let mut seen = Vec::new();
+        // Searched after each commit of the catch-up (three of them), before it returns: the
+        // watermark has moved, so the ranked part must show what the commit added.
+        index
+            .catch_up(&store, |done, _| {
+                let mut found = all_zebras(&store, &index, &config);
+                found.sort();
+                seen.push((done, found));
+                // And what is committed is ranked at once, not scanned.
+                let request = GrepRequest {
+                    pattern: "zebra".into(),
+                    mode: GrepMode::FullText,
+                    scope: Scope::default(),
+                    limit: Some(10),
+                    cursor: None,
+                };
+                let page = grep(&store, &index, &config, &request).unwrap();
+                let ranked = page.hits.iter().filter(|h| h.score.is_some()).count();
+                assert_eq!(ranked as u64, done, "ranked after {done} indexed");
+            })
+            .unwrap();
+        let every: Vec<MessageId> = (0..6).map(MessageId).collect();
+        assert_eq!(seen.len(), 3);
+        for (done, found) in &seen {
+            assert_eq!(found, &every, "after {done} indexed");
+        }
+    }
+
+    #[test]
+    fn full_text_pages_after_the_ranked_ones_skip_nothing_indexed_meanwhile() {
+        let (store, _) = store_with_zebras(5);
+        let config = SearchConfig::default();
+        let index = SearchIndex::open_in_ram(&store, &config).unwrap();
+        // Nothing indexed: the first page comes from the scan, two hits and a cursor.
+        let first = zebras(&store, &index, &config, None);
+        let ids: Vec<MessageId> = first.hits.iter().map(|h| h.message).collect();
+        assert_eq!(ids, vec![MessageId(0), MessageId(1)]);
+        // Everything is indexed before the next page: it goes on after the last hit.
+        index.catch_up(&store, |_, _| {}).unwrap();
+        let mut rest = Vec::new();
+        let mut cursor = first.next_cursor;
+        while let Some(c) = cursor {
+            let page = zebras(&store, &index, &config, Some(c));
+            rest.extend(page.hits.iter().map(|h| h.message));
+            cursor = page.next_cursor;
+        }
+        assert_eq!(rest, vec![MessageId(2), MessageId(3), MessageId(4)]);
     }
 
     #[test]

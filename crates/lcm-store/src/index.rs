@@ -18,7 +18,7 @@
 use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use lcm_core::config::SearchConfig;
 use lcm_core::ids::MessageId;
@@ -27,7 +27,7 @@ use tantivy::schema::{
     Field, INDEXED, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
 use crate::codec;
 use crate::error::{Result, StoreError};
@@ -125,10 +125,31 @@ struct Writer {
     pending: Vec<Arc<Segment>>,
 }
 
+/// One page of ranked full-text hits ([`SearchIndex::full_text`]).
+pub(crate) struct RankedPage {
+    /// (message, score), best first.
+    pub hits: Vec<(MessageId, f32)>,
+    /// Whether more ranked hits follow.
+    pub more: bool,
+    /// The ranking covers the messages below this; the rest are for the caller to scan.
+    pub indexed: MessageId,
+}
+
+/// A tantivy searcher and the watermark of the commit it shows, replaced together: a full-text
+/// search takes both at once, so it ranks exactly the messages below that watermark and scans
+/// the rest. (Read apart, a commit between the reads would leave its messages to neither.)
+#[derive(Clone)]
+struct SearchView {
+    searcher: Searcher,
+    watermark: u64,
+}
+
 /// The derived full-text and trigram index.
 pub struct SearchIndex {
     index: Index,
     reader: IndexReader,
+    /// What full-text searches see; follows each commit.
+    view: RwLock<SearchView>,
     trigrams: TrigramIndex,
     writer: Mutex<Writer>,
     fields: Fields,
@@ -254,9 +275,14 @@ impl SearchIndex {
         if !store.is_read_only() && store.index_watermark()?.0 != watermark {
             store.set_index_watermark(MessageId(watermark))?;
         }
+        let view = RwLock::new(SearchView {
+            searcher: reader.searcher(),
+            watermark,
+        });
         Ok(SearchIndex {
             index,
             reader,
+            view,
             trigrams,
             writer: Mutex::new(Writer::default()),
             fields,
@@ -347,12 +373,34 @@ impl SearchIndex {
             }
             self.watermark.store(to, Ordering::Release);
             store.set_index_watermark(MessageId(to))?;
+            self.show_commit(to)?;
             done += to - from;
             progress(done, total);
             from = to;
         }
-        self.reader.reload()?;
         Ok(done)
+    }
+
+    /// Makes the last commit, whose watermark is `watermark`, what full-text searches see. On
+    /// a failure they keep the previous searcher with its own watermark: older, still exact.
+    fn show_commit(&self, watermark: u64) -> Result<()> {
+        self.reader.reload()?;
+        let view = SearchView {
+            searcher: self.reader.searcher(),
+            watermark,
+        };
+        // Nothing panics while the lock is held (a plain assignment or clone): a poisoned lock
+        // still holds a whole view.
+        *self.view.write().unwrap_or_else(PoisonError::into_inner) = view;
+        Ok(())
+    }
+
+    /// The searcher full-text searches use and the watermark of the commit it shows.
+    fn view(&self) -> SearchView {
+        self.view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Commits everything fed (the messages below `to`): the trigram segments first, written
@@ -472,6 +520,7 @@ impl SearchIndex {
             self.watermark.store(0, Ordering::Release);
             self.fed.store(0, Ordering::Release);
             store.set_index_watermark(MessageId(0))?;
+            self.show_commit(0)?;
             // After the commit: segments past a watermark of 0 are deleted at open anyway.
             self.trigrams.clear()?;
         }
@@ -551,21 +600,25 @@ impl SearchIndex {
         })
     }
 
-    /// Ranked full-text search: up to `limit` (message id, score) from rank `offset`, and whether
-    /// more ranked hits follow.
+    /// Ranked full-text search: up to `limit` (message id, score) from rank `offset` among the
+    /// messages below the watermark it returns, and whether more ranked hits follow. The
+    /// caller scans the messages from that watermark.
     pub(crate) fn full_text(
         &self,
         text: &str,
         scope: &Scope,
         offset: usize,
         limit: usize,
-    ) -> Result<(Vec<(MessageId, f32)>, bool)> {
+    ) -> Result<RankedPage> {
         let parser = tantivy::query::QueryParser::for_index(&self.index, vec![self.fields.words]);
         let (query, _errors) = parser.parse_query_lenient(text);
         let mut clauses = self.scope_clauses(scope);
         clauses.push((Occur::Must, query));
         let query = BooleanQuery::new(clauses);
-        let searcher = self.reader.searcher();
+        let SearchView {
+            searcher,
+            watermark,
+        } = self.view();
         let top = tantivy::collector::TopDocs::with_limit(limit + 1)
             .and_offset(offset)
             .order_by_score();
@@ -577,11 +630,17 @@ impl SearchIndex {
                 .segment_reader(address.segment_ord)
                 .fast_fields()
                 .u64("msg_id")?;
-            if let Some(id) = column.first(address.doc_id) {
+            // Below the view's watermark always, except in a read-only process whose reader
+            // opened a commit newer than the payload it read: those the caller scans.
+            if let Some(id) = column.first(address.doc_id).filter(|&id| id < watermark) {
                 out.push((MessageId(id), score));
             }
         }
-        Ok((out, more))
+        Ok(RankedPage {
+            hits: out,
+            more,
+            indexed: MessageId(watermark),
+        })
     }
 
     /// The analyzer of the `words` field (stemmed, lowercased words), for matching the
@@ -590,19 +649,14 @@ impl SearchIndex {
         Ok(self.index.tokenizer_for_field(self.fields.words)?)
     }
 
-    /// Ids in the range not yet indexed (at or above the watermark, below `end`).
-    pub(crate) fn unindexed(&self, end: MessageId) -> Range<MessageId> {
-        self.watermark()..end
-    }
-
     /// Number of indexed documents (integrity checks, stats).
     pub fn num_docs(&self) -> u64 {
-        self.reader.searcher().num_docs()
+        self.view().searcher.num_docs()
     }
 
     /// Number of tantivy segments a full-text search (and an open) goes through.
     pub fn segment_count(&self) -> usize {
-        self.reader.searcher().segment_readers().len()
+        self.view().searcher.segment_readers().len()
     }
 
     /// Number of trigram segments a regex search goes through.
