@@ -173,7 +173,7 @@ impl Default for SearchConfig {
             snippet_chars: 200,
             default_limit: 20,
             max_limit: 200,
-            index_batch: 50_000,
+            index_batch: 150_000,
             index_writer_memory_mb: 128,
         }
     }
