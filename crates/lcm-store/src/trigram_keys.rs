@@ -12,13 +12,15 @@
 
 use rustc_hash::FxHashSet;
 
-use crate::trigram::is_indexed_bytes;
+use crate::trigram::is_edge_space;
 
 /// Buffers that grew beyond this many entries are dropped after a text, so that one huge message
 /// does not pin their memory.
 const KEEP_CAPACITY: usize = 1 << 16;
 /// Trigrams of three 7-bit characters.
 pub(crate) const ASCII_TRIGRAMS: usize = 1 << 21;
+/// Stands for a character that is in no trigram key (its lowercase is not one character).
+const NO_GRAM: u32 = u32::MAX;
 
 /// Three lowercased characters as one key: 21 bits each (every `char` fits), first one highest,
 /// so keys sort as their characters do.
@@ -80,61 +82,53 @@ impl DistinctTrigrams {
         } else {
             self.keys.clear();
         }
-        if text.is_ascii() {
-            for w in text.as_bytes().windows(3) {
-                if !is_indexed_bytes(w) {
-                    continue;
+        // The two characters before the current one: lowercased code ([`NO_GRAM`] for a
+        // character whose lowercase is not one character: never in a planner gram) and whether
+        // it is whitespace no trigram may start with. ASCII bytes (two thirds of the text of real
+        // transcripts, most of it in messages that also hold other characters) are decoded by
+        // hand.
+        let ((mut first, mut second), mut first_space, mut second_space) =
+            ((NO_GRAM, NO_GRAM), false, false);
+        let bytes = text.as_bytes();
+        let mut at = 0;
+        while at < bytes.len() {
+            let (code, width, space) = match bytes[at] {
+                byte if byte.is_ascii() => {
+                    (u32::from(byte.to_ascii_lowercase()), 1, is_edge_space(byte))
                 }
-                let (a, b, c) = (
-                    w[0].to_ascii_lowercase(),
-                    w[1].to_ascii_lowercase(),
-                    w[2].to_ascii_lowercase(),
-                );
-                self.insert_ascii(a, b, c);
-            }
-            return &self.keys;
-        }
-        // The two characters before the current one: byte offset and single-char lowercase.
-        let mut before: [(usize, Option<char>); 2] = [(0, None); 2];
-        for (n, (offset, c)) in text.char_indices().enumerate() {
-            let lower = single_lowercase(c);
-            if n >= 2 {
-                let from = before[0].0;
-                let to = offset + c.len_utf8();
-                if is_indexed_bytes(&text.as_bytes()[from..to]) {
-                    match (before[0].1, before[1].1, lower) {
-                        (Some(a), Some(b), Some(c))
-                            if a.is_ascii() && b.is_ascii() && c.is_ascii() =>
-                        {
-                            self.insert_ascii(a as u8, b as u8, c as u8)
-                        }
-                        (Some(a), Some(b), Some(c)) => {
-                            let key = pack(a.into(), b.into(), c.into());
-                            if self.seen.insert(key) {
-                                self.keys.push(key);
-                            }
-                        }
-                        // A character with a longer lowercase: never a planner gram.
-                        _ => {}
+                _ => text[at..].chars().next().map_or((NO_GRAM, 1, false), |c| {
+                    let code = single_lowercase(c).map_or(NO_GRAM, u32::from);
+                    (code, c.len_utf8(), false)
+                }),
+            };
+            // `first` is NO_GRAM until two characters were seen.
+            if first != NO_GRAM && second != NO_GRAM && code != NO_GRAM && !first_space && !space {
+                if first < 128 && second < 128 && code < 128 {
+                    self.insert_ascii(first << 14 | second << 7 | code);
+                } else {
+                    let key = pack(first, second, code);
+                    if self.seen.insert(key) {
+                        self.keys.push(key);
                     }
                 }
             }
-            before = [before[1], (offset, lower)];
+            (first, second, first_space, second_space) = (second, code, second_space, space);
+            at += width;
         }
         &self.keys
     }
 
-    /// Records the trigram of three lowercased ASCII bytes if it is new in this text.
+    /// Records the trigram of three lowercased ASCII bytes, given as their 21-bit slot (7 bits
+    /// each, first one highest), if it is new in this text.
     #[inline]
-    fn insert_ascii(&mut self, a: u8, b: u8, c: u8) {
-        let bit = u32::from(a) << 14 | u32::from(b) << 7 | u32::from(c);
+    fn insert_ascii(&mut self, bit: u32) {
         let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
         if self.seen_ascii[word] & mask != 0 {
             return;
         }
         self.seen_ascii[word] |= mask;
         self.ascii_set.push(bit);
-        self.keys.push(pack(a.into(), b.into(), c.into()));
+        self.keys.push(pack(bit >> 14, bit >> 7 & 0x7f, bit & 0x7f));
     }
 }
 
