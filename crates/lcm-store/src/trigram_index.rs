@@ -77,12 +77,13 @@ impl TrigramIndex {
         }
     }
 
-    /// A new, empty index in `dir` (created if absent; segment files already there are
-    /// deleted).
+    /// A new, empty index in `dir` (created if absent; segment files already there, finished
+    /// or not, are deleted).
     pub(crate) fn create(dir: &Path) -> Result<TrigramIndex> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
-        for (path, _) in segment_files(dir)? {
-            remove_file(&path)?;
+        let (segments, unfinished) = segment_files(dir)?;
+        for path in segments.iter().map(|(path, _)| path).chain(&unfinished) {
+            remove_file(path)?;
         }
         Ok(TrigramIndex {
             dir: Some(dir.to_path_buf()),
@@ -98,7 +99,7 @@ impl TrigramIndex {
         if !dir.is_dir() {
             return Ok(None);
         }
-        let mut files = segment_files(dir)?;
+        let (mut files, unfinished) = segment_files(dir)?;
         // By first id, the widest first: a segment inside an earlier one is a merge's leftover.
         files.sort_by_key(|(_, ids)| (ids.start, std::cmp::Reverse(ids.end)));
         let mut kept = Vec::new();
@@ -127,14 +128,8 @@ impl TrigramIndex {
             }
         }
         if writable {
-            for path in leftovers {
-                remove_file(&path)?;
-            }
-            for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
-                let path = entry.map_err(|e| StoreError::io(dir, e))?.path();
-                if path.to_string_lossy().ends_with(TMP_SUFFIX) {
-                    remove_file(&path)?;
-                }
+            for path in leftovers.iter().chain(&unfinished) {
+                remove_file(path)?;
             }
         }
         Ok(Some(TrigramIndex {
@@ -309,14 +304,23 @@ impl TrigramIndex {
     }
 }
 
-/// The segment files in `dir` and the ids their names say they cover.
-fn segment_files(dir: &Path) -> Result<Vec<(PathBuf, Range<u64>)>> {
+/// The segment files in `dir` with the ids their names say they cover, and the temporary files
+/// of segments never finished (a crash while one was written).
+type DirListing = (Vec<(PathBuf, Range<u64>)>, Vec<PathBuf>);
+
+/// Lists `dir` once: see [`DirListing`].
+fn segment_files(dir: &Path) -> Result<DirListing> {
     let mut out = Vec::new();
+    let mut unfinished = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
         let path = entry.map_err(|e| StoreError::io(dir, e))?.path();
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
+        if name.ends_with(TMP_SUFFIX) {
+            unfinished.push(path);
+            continue;
+        }
         let Some(stem) = name.strip_suffix(SUFFIX) else {
             continue;
         };
@@ -329,7 +333,7 @@ fn segment_files(dir: &Path) -> Result<Vec<(PathBuf, Range<u64>)>> {
             out.push((path, first..end));
         }
     }
-    Ok(out)
+    Ok((out, unfinished))
 }
 
 /// Accumulates the (message, trigram) pairs of the messages added since the last segment.
@@ -1013,6 +1017,16 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+
+        // A new index starts from an empty directory: segments and unfinished files go.
+        std::fs::write(
+            path.join("00000000000000000007-00000000000000000009.tri.tmp"),
+            b"x",
+        )
+        .unwrap();
+        let index = TrigramIndex::create(&path).unwrap();
+        assert!(index.segments().is_empty());
+        assert!(files(&path).is_empty(), "left: {:?}", files(&path));
     }
 
     #[test]
