@@ -510,7 +510,7 @@ fn open(c: &mut Criterion) {
     let copy = f.dir.with_extension("copy");
     copy_dir(&f.dir, &copy);
     // What `lcm grep` does (a read-only open writes nothing), and what a daemon does once at
-    // start (a writable redb open commits on open and on close: five fsyncs).
+    // start (a writable redb open commits on open and on close: four to six fsyncs).
     for (name, read_only) in [
         ("lcm/open_read_only_then_grep", true),
         ("lcm/open_writable_then_grep", false),
