@@ -1,8 +1,9 @@
 //! The redb handle behind a [`Store`](crate::Store): writable, or read-only.
 //!
 //! A writable redb `Database` commits on open and again on close (its recovery flag and its
-//! allocator state: four to six fsyncs for one open and close, strace). One-shot readers (`lcm grep`, `show`,
-//! `sessions`, `stats`) open the file read-only instead, which writes nothing.
+//! allocator state: four to six fsyncs for one open and close, strace). One-shot readers
+//! (`lcm grep`, `show`, `sessions`, `stats`) open the file read-only instead, which writes
+//! nothing.
 
 use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, WriteTransaction};
 
