@@ -26,6 +26,8 @@ use sqlite::Baseline;
 
 const SESSIONS: u64 = 100;
 const BUILD_BATCH: u64 = 10_000;
+/// Messages appended after the index's last commit for the unindexed-tail grep.
+const TAIL: u64 = 1_000;
 
 struct Fixture {
     _tmp: tempfile::TempDir,
@@ -160,7 +162,7 @@ fn ingest(c: &mut Criterion) {
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5));
-    let mut next = f.n;
+    let mut next = f.n + TAIL;
     group.throughput(Throughput::Elements(1_000));
     group.bench_function("lcm/append_batch_1000", |b| {
         b.iter_custom(|iters| {
@@ -187,7 +189,7 @@ fn ingest(c: &mut Criterion) {
     let mut full = Baseline::open(&full_dir.path().join("full.sqlite"), true);
     let mut specified = f.sqlite.lock().expect("sqlite");
     for (name, sqlite, mut next) in [
-        ("sqlite/insert_batch_1000", &mut *specified, f.n),
+        ("sqlite/insert_batch_1000", &mut *specified, f.n + TAIL),
         ("sqlite_full/insert_batch_1000", &mut full, 0),
     ] {
         group.bench_function(name, |b| {
@@ -495,6 +497,54 @@ fn search(c: &mut Criterion) {
             })
         });
     }
+    // A live store: the messages appended since the index's last commit are scanned by every
+    // grep (a daemon's usual state between catch-ups). 1,000 of them, added to SQLite too, and
+    // a literal that no message holds, so both sides look at everything.
+    let tail: Vec<NewMessage> = (f.n..f.n + TAIL)
+        .map(|k| corpus::message(&f.words, k))
+        .collect();
+    f.sqlite
+        .lock()
+        .expect("sqlite")
+        .insert(f.sessions[0].0 as i64, f.n as i64, &tail);
+    f.data
+        .store
+        .append_batch(f.sessions[0], tail)
+        .expect("append");
+    let pattern = r"ERR_99999";
+    let page = grep(
+        &f.data.store,
+        &f.data.index,
+        &config,
+        &request(pattern, GrepMode::Regex),
+    )
+    .expect("grep");
+    assert!(page.hits.is_empty());
+    eprintln!(
+        "grep regex_no_hit_unindexed_tail_{TAIL}: {:?}, {} examined",
+        page.strategy, page.messages_examined
+    );
+    group.bench_function(format!("lcm/regex_no_hit_unindexed_tail_{TAIL}"), |b| {
+        b.iter(|| {
+            grep(
+                &f.data.store,
+                &f.data.index,
+                &config,
+                &request(pattern, GrepMode::Regex),
+            )
+            .expect("grep")
+        })
+    });
+    let sqlite = f.sqlite.lock().expect("sqlite");
+    group.bench_function(format!("sqlite/regex_no_hit_unindexed_tail_{TAIL}"), |b| {
+        b.iter(|| sqlite.regex(pattern, 20))
+    });
+    drop(sqlite);
+    // What follows measures a store whose index has caught up.
+    f.data
+        .index
+        .catch_up(&f.data.store, |_, _| {})
+        .expect("index");
     group.finish();
 }
 

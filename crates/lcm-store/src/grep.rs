@@ -270,54 +270,56 @@ fn scan(
 /// limit.
 const SCAN_WINDOW: u64 = 32_768;
 
-/// Scans every message in `ids` (all sessions) on all cores, offering hits in id order.
+/// Fewest ids a scan thread is given: a smaller range (the usual unindexed tail of a live
+/// store, a few messages since the last index commit) is scanned on the calling thread alone,
+/// without starting a thread.
+const MIN_IDS_PER_THREAD: u64 = 4_096;
+
+/// Scans every message in `ids` (all sessions) on all cores, offering hits in id order. The
+/// calling thread scans the first part of each window itself; a window too small to split is
+/// scanned by it alone, up to the limit.
 fn scan_parallel(
     store: &Store,
     scope: &Scope,
     ids: std::ops::Range<MessageId>,
     collector: &mut HitCollector<'_>,
 ) -> Result<()> {
-    let threads = crate::cores::cores() as u64;
+    let cores = crate::cores::cores() as u64;
     let mut from = ids.start.0;
     while from < ids.end.0 && !collector.full() {
         let to = (from + SCAN_WINDOW).min(ids.end.0);
-        let step = (to - from).div_ceil(threads).max(1);
-        let tester = &collector.tester;
+        let threads = (to - from).div_ceil(MIN_IDS_PER_THREAD).clamp(1, cores);
+        if threads == 1 {
+            // This thread alone, stopping at the limit.
+            store
+                .reader()?
+                .range_records(MessageId(from)..MessageId(to), |id, bytes| {
+                    collector.offer(id, bytes, scope)
+                })?;
+            from = to;
+            continue;
+        }
+        let step = (to - from).div_ceil(threads);
+        let part = |t: u64| (from + t * step)..(from + (t + 1) * step).min(to);
+        let helper_testers: Vec<RecordTester<'_>> = (1..threads)
+            .map(|_| collector.tester.for_another_thread())
+            .collect();
+        let own_tester = &mut collector.tester;
         let parts: Vec<Result<(Vec<GrepHit>, u64)>> = std::thread::scope(|scope_| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let lo = from + t * step;
-                    let hi = (lo + step).min(to);
-                    let mut tester = tester.for_another_thread();
-                    scope_.spawn(move || -> Result<(Vec<GrepHit>, u64)> {
-                        let mut hits = Vec::new();
-                        let mut examined = 0u64;
-                        if lo >= hi {
-                            return Ok((hits, examined));
-                        }
-                        let reader = store.reader()?;
-                        reader.range_records(MessageId(lo)..MessageId(hi), |id, bytes| {
-                            match tester.test(id, bytes, scope)? {
-                                Tested::OutOfScope => {}
-                                Tested::Miss => examined += 1,
-                                Tested::Hit(hit) => {
-                                    examined += 1;
-                                    hits.push(hit);
-                                }
-                            }
-                            Ok(ControlFlow::Continue(()))
-                        })?;
-                        Ok((hits, examined))
-                    })
+            let helpers: Vec<_> = helper_testers
+                .into_iter()
+                .zip(1..)
+                .map(|(mut tester, t)| {
+                    let ids = part(t);
+                    scope_.spawn(move || scan_part(store, scope, ids, &mut tester))
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| match h.join() {
-                    Ok(result) => result,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                })
-                .collect()
+            let mut parts = vec![scan_part(store, scope, part(0), own_tester)];
+            parts.extend(helpers.into_iter().map(|h| match h.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }));
+            parts
         });
         for part in parts {
             let (hits, examined) = part?;
@@ -332,6 +334,34 @@ fn scan_parallel(
         from = to;
     }
     Ok(())
+}
+
+/// One part of a [`scan_parallel`] window: its hits in id order and how many messages in
+/// scope it examined.
+fn scan_part(
+    store: &Store,
+    scope: &Scope,
+    ids: std::ops::Range<u64>,
+    tester: &mut RecordTester<'_>,
+) -> Result<(Vec<GrepHit>, u64)> {
+    let mut hits = Vec::new();
+    let mut examined = 0u64;
+    if ids.is_empty() {
+        return Ok((hits, examined));
+    }
+    let reader = store.reader()?;
+    reader.range_records(MessageId(ids.start)..MessageId(ids.end), |id, bytes| {
+        match tester.test(id, bytes, scope)? {
+            Tested::OutOfScope => {}
+            Tested::Miss => examined += 1,
+            Tested::Hit(hit) => {
+                examined += 1;
+                hits.push(hit);
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok((hits, examined))
 }
 
 /// The hit for message `id` if `regex` matches its searchable `text`. Nothing is allocated
@@ -953,6 +983,64 @@ mod tests {
             cursor = page.next_cursor;
         }
         assert_eq!(rest, vec![MessageId(2), MessageId(3), MessageId(4)]);
+    }
+
+    /// A scan of more ids than one thread is given is split across threads (the calling one
+    /// scanning the first part) and windows; its pages must still hold exactly the matching
+    /// messages, in id order, across sessions, whatever the page size.
+    #[test]
+    fn a_scan_split_across_threads_pages_through_every_hit_in_id_order() {
+        let store = Store::open_in_memory(crate::store::StoreOptions {
+            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        })
+        .unwrap();
+        let sessions = [
+            store.create_session("a", None).unwrap(),
+            store.create_session("b", None).unwrap(),
+        ];
+        let n = 3 * MIN_IDS_PER_THREAD + 123;
+        let batch = (0..n)
+            .map(|i| {
+                let text = if i.is_multiple_of(7) || i == n - 1 {
+                    format!("row {i} code Q_{i:05} end")
+                } else {
+                    format!("row {i} nothing here")
+                };
+                let m = lcm_core::message::NewMessage::text(lcm_core::message::Role::User, text);
+                (sessions[(i % 3 == 0) as usize], m)
+            })
+            .collect();
+        let appended = store.append_mixed(batch).unwrap();
+        let expected: Vec<MessageId> = appended
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (*i as u64).is_multiple_of(7) || *i as u64 == n - 1)
+            .map(|(_, a)| a.id)
+            .collect();
+        let config = SearchConfig::default();
+        // Nothing indexed: every page comes from the scan.
+        let index = SearchIndex::open_in_ram(&store, &config).unwrap();
+        for limit in [53, 200] {
+            let (mut found, mut cursor) = (Vec::new(), None);
+            loop {
+                let request = GrepRequest {
+                    pattern: r"[A-Z]_\d{5}".into(),
+                    mode: GrepMode::Regex,
+                    scope: Scope::default(),
+                    limit: Some(limit),
+                    cursor: cursor.take(),
+                };
+                let page = grep(&store, &index, &config, &request).unwrap();
+                assert_eq!(page.strategy, Strategy::Scan);
+                assert!(page.hits.len() <= limit);
+                found.extend(page.hits.iter().map(|h| h.message));
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            assert_eq!(found, expected, "pages of {limit}");
+        }
     }
 
     #[test]
