@@ -28,8 +28,8 @@ pub struct Cli {
     /// Data directory (store and index). Default: the platform data directory + `lcm`.
     #[arg(long, global = true, env = "LCM_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Configuration file (TOML; see config/default.toml). Default: <data-dir>/config.toml if it
-    /// exists, else built-in defaults.
+    /// Configuration file (TOML; see config/default.toml). Default: config.toml in the data
+    /// directory if it exists, else built-in defaults.
     #[arg(long, global = true, env = "LCM_CONFIG")]
     pub config: Option<PathBuf>,
     /// Print one JSON value instead of a human-readable report.

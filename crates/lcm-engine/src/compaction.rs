@@ -325,8 +325,9 @@ async fn run(
 /// Chooses the next pass for a context, or `None` when nothing can be compacted.
 /// `over_hard` allows compacting into the fresh tail (down to its last two messages).
 ///
-/// Every pass it proposes covers more than [`MIN_SPAN_TOKENS`] (so applying it shrinks the
-/// context): a candidate too small for that is passed over for the next one, never returned.
+/// Every pass it proposes covers more than a summary's header and smallest body
+/// (`MIN_SPAN_TOKENS`), so applying it shrinks the context: a candidate too small for that is
+/// passed over for the next one, never returned.
 pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -> Option<Pass> {
     // Condensed: the oldest run of `fanout` same-depth summaries side by side.
     let summaries: Vec<(SummaryId, u32, u64)> = items

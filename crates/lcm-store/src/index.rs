@@ -3,7 +3,7 @@
 //! - a tantivy index (no field stored), per message: `msg_id`, `session`, `role`, `created_at`
 //!   (numbers, to filter by scope and to map hits back to the store) and `words` (the text
 //!   tokenised into stemmed, lowercased words, for ranked BM25 full-text search);
-//! - the trigram index ([`crate::trigram_index`], in `trigrams/`): which messages hold each
+//! - the trigram index (`trigram_index.rs`, in `trigrams/`): which messages hold each
 //!   lowercased character trigram, to narrow regex search to the messages that can match (see
 //!   [`crate::trigram`]).
 //!
