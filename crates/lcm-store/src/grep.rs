@@ -351,14 +351,7 @@ fn scan_part(
     }
     let reader = store.reader()?;
     reader.range_records(MessageId(ids.start)..MessageId(ids.end), |id, bytes| {
-        match tester.test(id, bytes, scope)? {
-            Tested::OutOfScope => {}
-            Tested::Miss => examined += 1,
-            Tested::Hit(hit) => {
-                examined += 1;
-                hits.push(hit);
-            }
-        }
+        hits.extend(tester.test(id, bytes, scope)?.tally(&mut examined));
         Ok(ControlFlow::Continue(()))
     })?;
     Ok((hits, examined))
@@ -393,6 +386,23 @@ enum Tested {
     OutOfScope,
     Miss,
     Hit(GrepHit),
+}
+
+impl Tested {
+    /// Counts the message into `examined` if it was in scope; the hit, if any.
+    fn tally(self, examined: &mut u64) -> Option<GrepHit> {
+        match self {
+            Tested::OutOfScope => None,
+            Tested::Miss => {
+                *examined += 1;
+                None
+            }
+            Tested::Hit(hit) => {
+                *examined += 1;
+                Some(hit)
+            }
+        }
+    }
 }
 
 /// Tests stored messages against a regex, for every path of regex grep (index candidates, the
@@ -483,13 +493,12 @@ impl<'r> HitCollector<'r> {
     /// Tests the stored message `id` if it is in scope; says whether to go on (`Break` once
     /// full).
     fn offer(&mut self, id: MessageId, bytes: &[u8], scope: &Scope) -> Result<ControlFlow<()>> {
-        match self.tester.test(id, bytes, scope)? {
-            Tested::OutOfScope => {}
-            Tested::Miss => self.examined += 1,
-            Tested::Hit(hit) => {
-                self.examined += 1;
-                self.push(hit);
-            }
+        if let Some(hit) = self
+            .tester
+            .test(id, bytes, scope)?
+            .tally(&mut self.examined)
+        {
+            self.push(hit);
         }
         Ok(if self.full() {
             ControlFlow::Break(())

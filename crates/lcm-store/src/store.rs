@@ -507,7 +507,7 @@ impl Store {
                 Ok(())
             });
         };
-        let pipeline = Arc::new(PreparePipeline::new(messages, self.counter));
+        let pipeline = PreparePipeline::new(messages, self.counter);
         self.write_append(total, |tables| {
             pipeline.run(threads, |chunk| {
                 for p in chunk {
@@ -574,7 +574,7 @@ impl Store {
                 .collect();
         };
         let mut prepared = Vec::with_capacity(messages.len());
-        let collected = Arc::new(PreparePipeline::new(messages, counter)).run(threads, |chunk| {
+        let collected = PreparePipeline::new(messages, counter).run(threads, |chunk| {
             prepared.extend(chunk);
             Ok::<(), std::convert::Infallible>(())
         });
@@ -964,7 +964,8 @@ struct PipelineState {
 }
 
 impl PreparePipeline {
-    fn new(messages: Vec<(SessionId, NewMessage)>, counter: TokenCounter) -> Self {
+    /// Shared: the writing thread and each helper on the pool hold it.
+    fn new(messages: Vec<(SessionId, NewMessage)>, counter: TokenCounter) -> Arc<Self> {
         let mut inputs = Vec::with_capacity(messages.len().div_ceil(PIPELINE_CHUNK));
         let mut iter = messages.into_iter();
         loop {
@@ -975,7 +976,7 @@ impl PreparePipeline {
             inputs.push(Some(chunk));
         }
         let outputs = inputs.iter().map(|_| None).collect();
-        PreparePipeline {
+        Arc::new(PreparePipeline {
             counter,
             state: std::sync::Mutex::new(PipelineState {
                 inputs,
@@ -985,7 +986,7 @@ impl PreparePipeline {
                 panic: None,
             }),
             ready: std::sync::Condvar::new(),
-        }
+        })
     }
 
     fn chunks(&self) -> usize {
@@ -1634,9 +1635,9 @@ mod tests {
         };
         let (release, blocked) = std::sync::mpsc::channel::<()>();
         let (started, running) = std::sync::mpsc::channel::<()>();
-        let blocked = std::sync::Arc::new(std::sync::Mutex::new(blocked));
+        let blocked = Arc::new(std::sync::Mutex::new(blocked));
         for _ in 0..pool.current_num_threads() {
-            let (blocked, started) = (std::sync::Arc::clone(&blocked), started.clone());
+            let (blocked, started) = (Arc::clone(&blocked), started.clone());
             pool.spawn(move || {
                 let blocked = blocked.lock().unwrap_or_else(|e| e.into_inner());
                 started.send(()).ok();
