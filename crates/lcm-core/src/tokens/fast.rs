@@ -9,7 +9,10 @@
 //!    scanner (a byte-class table and the pattern's alternatives in order, leftmost-first, with the
 //!    look-ahead and `$` resolved by hand);
 //! 2. counts each piece through a bounded, process-wide cache (short piece to count, lock-free
-//!    reads) in front of tiktoken-rs's `encode_ordinary` on that piece alone.
+//!    reads); a miss byte-pair merges the piece directly on the encoding's rank table (a piece
+//!    is one pre-token, so tiktoken's regex has nothing left to do), or, while that table is
+//!    still being built in the background and for pieces of 100 bytes or more, hands it to
+//!    tiktoken-rs's `encode_ordinary` alone.
 //!
 //! Non-ASCII symbols that behave exactly like ASCII punctuation (arrows, dashes, quotes, box
 //! drawing, emoji: [`SYMBOLS`]) are scanned like it. Where the scanner would have to classify any
@@ -36,7 +39,7 @@
 //! ordinary text has such pieces.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
 
 use tiktoken_rs::CoreBPE;
 
@@ -513,26 +516,143 @@ pub(super) fn count(pattern: Pattern, encoding: super::Encoding, text: &str) -> 
     let mut total = 0;
     let mut i = 0;
     while i < bytes.len() {
-        let (end, _) = next_segment(pattern, bytes, i);
+        let (end, one_piece) = next_segment(pattern, bytes, i);
         // Both kinds of end are character boundaries: ASCII pieces end before an ASCII byte or at
         // the end, safe boundaries before a space.
         let piece = &text[i..end];
+        // A piece the scanner cut is one pre-token: byte-pair merge it directly. A region
+        // tiktoken-rs pre-tokenizes itself goes through `encode_ordinary`.
+        let count_uncached = || match ranks_if_built(encoding) {
+            Some(ranks) if one_piece && piece.len() < DIRECT_MERGE_MAX => {
+                merge_len(ranks, piece.as_bytes())
+            }
+            _ => encode_len(encoding.bpe(), piece),
+        };
         total += match piece.len() {
             // Every single byte is a token of these encodings.
             1 => 1,
             len if len <= CACHED_PIECE_MAX => {
                 let key = PieceCache::key(piece.as_bytes());
                 cache.get(&key).unwrap_or_else(|| {
-                    let counted = encode_len(encoding.bpe(), piece);
+                    let counted = count_uncached();
                     cache.insert(&key, counted);
                     counted
                 })
             }
-            _ => encode_len(encoding.bpe(), piece),
+            _ => count_uncached(),
         };
         i = end;
     }
     total
+}
+
+/// Longest piece counted by [`merge_len`]: tiktoken-rs's `byte_pair_split` rescans the whole
+/// piece after every merge (quadratic), which `encode_ordinary` also does below 100 bytes and
+/// replaces with a heap above.
+const DIRECT_MERGE_MAX: usize = 100;
+
+/// An encoding's ordinary tokens, bytes to rank. `CoreBPE` does not lend its own map, so this one
+/// is rebuilt from its decoder (o200k_base: about 1.6 MB of token bytes in one allocation kept
+/// for the life of the process, plus the map).
+type Ranks = rustc_hash::FxHashMap<&'static [u8], Rank>;
+type Rank = tiktoken_rs::Rank;
+
+/// One table per [`super::Encoding`], by its declaration order, and whether its build started.
+static RANKS: [OnceLock<Ranks>; 4] = [const { OnceLock::new() }; 4];
+static RANKS_STARTED: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
+
+/// Ranks past the largest ordinary or special token of o200k_base and cl100k_base (200,018).
+const RANK_LIMIT: Rank = 1 << 18;
+
+/// The encoding's rank table if it is built; otherwise starts building it on a thread of its
+/// own (about 60 ms, which would otherwise fall on the first append) and returns `None`: the
+/// caller counts through `encode_ordinary` meanwhile, with the same result.
+fn ranks_if_built(encoding: super::Encoding) -> Option<&'static Ranks> {
+    let slot = &RANKS[encoding as usize];
+    if let Some(ranks) = slot.get() {
+        return Some(ranks);
+    }
+    if !RANKS_STARTED[encoding as usize].swap(true, Ordering::AcqRel) {
+        let spawned = std::thread::Builder::new()
+            .name("lcm-token-ranks".into())
+            .spawn(move || ranks(encoding));
+        if spawned.is_err() {
+            // No thread to be had: try again on a later miss.
+            RANKS_STARTED[encoding as usize].store(false, Ordering::Release);
+        }
+    }
+    None
+}
+
+/// The encoding's rank table, built on the calling thread if no other thread has built it.
+fn ranks(encoding: super::Encoding) -> &'static Ranks {
+    RANKS[encoding as usize].get_or_init(|| {
+        let bpe = encoding.bpe();
+        let special = bpe.special_tokens();
+        let mut bytes = Vec::with_capacity(2 << 20);
+        let mut tokens: Vec<(usize, usize, Rank)> = Vec::with_capacity(1 << 18);
+        for rank in 0..RANK_LIMIT {
+            // Ranks without a token (the gap before the special tokens) fail to decode.
+            let Ok(token) = bpe.decode_bytes(&[rank]) else {
+                continue;
+            };
+            if std::str::from_utf8(&token).is_ok_and(|t| special.contains(t)) {
+                continue;
+            }
+            tokens.push((bytes.len(), token.len(), rank));
+            bytes.extend_from_slice(&token);
+        }
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        let mut ranks = Ranks::with_capacity_and_hasher(tokens.len(), Default::default());
+        for (start, len, rank) in tokens {
+            ranks.insert(&bytes[start..start + len], rank);
+        }
+        ranks
+    })
+}
+
+/// Tokens of one pre-token of 2..[`DIRECT_MERGE_MAX`] bytes, as tiktoken's byte-pair merge
+/// (`_byte_pair_merge`, ported) makes them, without the pre-tokenizer regex `encode_ordinary`
+/// runs first: repeatedly merge the adjacent pair whose merged bytes have the lowest rank,
+/// leftmost on ties, until no merged pair is a token.
+fn merge_len(ranks: &Ranks, piece: &[u8]) -> usize {
+    if ranks.contains_key(piece) {
+        return 1;
+    }
+    let rank = |start: usize, end: usize| ranks.get(&piece[start..end]).copied();
+    // parts[k] = (start of part k, rank of part k merged with part k + 1); two sentinels.
+    let mut parts = [(0usize, Rank::MAX); DIRECT_MERGE_MAX + 1];
+    let n = piece.len();
+    for (i, part) in parts.iter_mut().enumerate().take(n - 1) {
+        *part = (i, rank(i, i + 2).unwrap_or(Rank::MAX));
+    }
+    parts[n - 1] = (n - 1, Rank::MAX);
+    parts[n] = (n, Rank::MAX);
+    let mut len = n + 1;
+    // The rank of parts k and k + 1 merged once part k + 1 has absorbed k + 2.
+    let merged = |parts: &[(usize, Rank)], len: usize, k: usize| {
+        if k + 3 < len {
+            rank(parts[k].0, parts[k + 3].0).unwrap_or(Rank::MAX)
+        } else {
+            Rank::MAX
+        }
+    };
+    loop {
+        let Some((i, _)) = parts[..len - 1]
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.1 != Rank::MAX)
+            .min_by_key(|(k, p)| (p.1, *k))
+        else {
+            return len - 1;
+        };
+        if i > 0 {
+            parts[i - 1].1 = merged(&parts, len, i - 1);
+        }
+        parts[i].1 = merged(&parts, len, i);
+        parts.copy_within(i + 2..len, i + 1);
+        len -= 1;
+    }
 }
 
 /// `encode_ordinary(piece).len()`, in slices of [`MAX_PIECE`] for longer pieces.
@@ -655,6 +775,80 @@ mod tests {
             check_segmentation(Pattern::O200k, &text)?;
             check_segmentation(Pattern::Cl100k, &text)?;
         }
+    }
+
+    /// Every piece the scanner cuts (2 to 99 bytes) merges to as many tokens as tiktoken-rs's
+    /// `encode_ordinary` gives it, with either encoding's rank table.
+    fn check_direct_merge(text: &str) -> Result<(), TestCaseError> {
+        for (pattern, encoding) in [
+            (Pattern::O200k, crate::tokens::Encoding::O200kBase),
+            (Pattern::Cl100k, crate::tokens::Encoding::Cl100kBase),
+        ] {
+            let table = ranks(encoding);
+            for (start, end, piece) in segments(pattern, text) {
+                let bytes = &text.as_bytes()[start..end];
+                if piece && (2..DIRECT_MERGE_MAX).contains(&bytes.len()) {
+                    prop_assert_eq!(
+                        merge_len(table, bytes),
+                        encoding.bpe().encode_ordinary(&text[start..end]).len(),
+                        "{:?}: {:?}",
+                        pattern,
+                        &text[start..end]
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn direct_merge_equals_tiktoken_on_mixed_fragments(fragments in proptest::collection::vec(fragment(), 0..40)) {
+            check_direct_merge(&fragments.concat())?;
+        }
+
+        #[test]
+        fn direct_merge_equals_tiktoken_on_code(lines in proptest::collection::vec(code_line(), 0..40)) {
+            check_direct_merge(&lines.concat())?;
+        }
+
+        #[test]
+        fn direct_merge_equals_tiktoken_on_long_words(text in "[a-zA-Z0-9_]{2,99}( [a-z]{30,99})?") {
+            check_direct_merge(&text)?;
+        }
+    }
+
+    #[test]
+    fn rank_tables_hold_every_ordinary_token_and_no_special_one() {
+        for (encoding, ordinary) in [
+            (crate::tokens::Encoding::O200kBase, 199_998),
+            (crate::tokens::Encoding::Cl100kBase, 100_256),
+        ] {
+            let table = ranks(encoding);
+            assert_eq!(table.len(), ordinary, "{}", encoding.as_str());
+            for special in encoding.bpe().special_tokens() {
+                assert!(!table.contains_key(special.as_bytes()), "{special}");
+            }
+            // Every entry decodes back to its own bytes.
+            for (&bytes, &rank) in table.iter().step_by(97) {
+                assert_eq!(
+                    encoding.bpe().decode_bytes(&[rank]).ok().as_deref(),
+                    Some(bytes)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn counting_before_the_rank_table_is_built_is_exact_too() {
+        // Whatever state the table's background build is in, counts equal tiktoken-rs's.
+        let text = "identifier_with_many_parts_x9 0x7f3a9c ERR_4411 ==> zzqqxx\n";
+        let counter = crate::tokens::TokenCounter::new(crate::tokens::Encoding::O200kBase);
+        assert_eq!(counter.count_text(text), counter.reference_count(text));
+        let _ = ranks(crate::tokens::Encoding::O200kBase);
+        let again = format!("{text} other_identifier_{}", 77);
+        assert_eq!(counter.count_text(&again), counter.reference_count(&again));
     }
 
     #[test]
