@@ -21,6 +21,7 @@ use lcm_core::message::NewMessage;
 use serde::Serialize;
 
 use crate::error::StoreError;
+use crate::pipeline::OrderedPipeline;
 use crate::store::Store;
 
 /// How many parse errors a report lists in full (all are counted).
@@ -165,34 +166,41 @@ pub fn import_file(
         })?;
     }
 
+    // Lines are parsed in chunks on every core (parsing is pure), and their outcomes handled
+    // here in file order, so reports and batches are what a line-by-line import would make.
     let mut read = 0u64;
-    for_each_line(path, |line_no, bytes| {
-        read += bytes.len() as u64 + 1;
-        sink.report.lines = line_no;
-        let ctx = LineContext {
-            line: line_no,
-            default_session_key: &default_key,
-        };
-        match formats::parse_line(format, bytes, &ctx) {
-            Ok(LineOutcome::Messages(messages)) => {
-                for m in messages {
-                    sink.push(m)?;
+    let threads = crate::cores::cores();
+    for_each_run_of_lines(path, PARSE_RUN_BYTES, |run| {
+        let default_key = default_key.clone();
+        let pipeline = OrderedPipeline::new(run, move |chunk: LineChunk| {
+            chunk.parse(format, &default_key)
+        });
+        pipeline.run(threads, |parsed| {
+            for (line_no, len, outcome) in parsed {
+                read += len as u64 + 1;
+                sink.report.lines = line_no;
+                match outcome {
+                    Ok(LineOutcome::Messages(messages)) => {
+                        for m in messages {
+                            sink.push(m)?;
+                        }
+                    }
+                    Ok(LineOutcome::Skipped { reason }) => {
+                        *sink.report.skipped.entry(reason.to_string()).or_default() += 1;
+                    }
+                    Err(error) => {
+                        sink.report.error_count += 1;
+                        if sink.report.errors.len() < MAX_LISTED_ERRORS {
+                            sink.report.errors.push(error.to_string());
+                        }
+                    }
+                }
+                if line_no.is_multiple_of(1024) {
+                    progress(read.min(size), size);
                 }
             }
-            Ok(LineOutcome::Skipped { reason }) => {
-                *sink.report.skipped.entry(reason.to_string()).or_default() += 1;
-            }
-            Err(error) => {
-                sink.report.error_count += 1;
-                if sink.report.errors.len() < MAX_LISTED_ERRORS {
-                    sink.report.errors.push(error.to_string());
-                }
-            }
-        }
-        if line_no.is_multiple_of(1024) {
-            progress(read.min(size), size);
-        }
-        Ok(())
+            Ok(())
+        })
     })?;
     sink.finish()?;
     progress(size, size);
@@ -261,6 +269,74 @@ fn for_each_line(
         }
         visit(line_no, &line)?;
     }
+}
+
+/// Lines parsed by one thread at a time.
+const PARSE_CHUNK_LINES: usize = 64;
+/// Bytes of lines read ahead and parsed as one run (bounds an import's memory).
+const PARSE_RUN_BYTES: usize = 8 << 20;
+
+/// Consecutive non-blank lines of a file: their bytes, and each line's number and range.
+#[derive(Default)]
+struct LineChunk {
+    bytes: Vec<u8>,
+    lines: Vec<(u64, std::ops::Range<usize>)>,
+}
+
+/// What parsing one line gave: its number, its length, the outcome.
+type ParsedLine = (u64, usize, Result<LineOutcome, ParseError>);
+
+impl LineChunk {
+    fn parse(&self, format: Format, default_key: &str) -> Vec<ParsedLine> {
+        self.lines
+            .iter()
+            .map(|(line_no, range)| {
+                let ctx = LineContext {
+                    line: *line_no,
+                    default_session_key: default_key,
+                };
+                let bytes = &self.bytes[range.clone()];
+                (
+                    *line_no,
+                    bytes.len(),
+                    formats::parse_line(format, bytes, &ctx),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Calls `visit` with runs of [`LineChunk`]s (about `run_limit` bytes of lines each, the last
+/// one shorter), in file order, skipping blank lines as [`for_each_line`] does.
+fn for_each_run_of_lines(
+    path: &Path,
+    run_limit: usize,
+    mut visit: impl FnMut(Vec<LineChunk>) -> Result<(), ImportError>,
+) -> Result<(), ImportError> {
+    let mut run: Vec<LineChunk> = Vec::new();
+    let mut chunk = LineChunk::default();
+    let mut run_bytes = 0;
+    for_each_line(path, |line_no, bytes| {
+        let start = chunk.bytes.len();
+        chunk.bytes.extend_from_slice(bytes);
+        chunk.lines.push((line_no, start..chunk.bytes.len()));
+        run_bytes += bytes.len();
+        if chunk.lines.len() >= PARSE_CHUNK_LINES || run_bytes >= run_limit {
+            run.push(std::mem::take(&mut chunk));
+        }
+        if run_bytes >= run_limit {
+            run_bytes = 0;
+            visit(std::mem::take(&mut run))?;
+        }
+        Ok(())
+    })?;
+    if !chunk.lines.is_empty() {
+        run.push(chunk);
+    }
+    if run.is_empty() {
+        return Ok(());
+    }
+    visit(run)
 }
 
 /// Collects parsed messages into batches and appends them.
@@ -339,5 +415,114 @@ impl<'a> Sink<'a> {
             })
             .collect();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreOptions;
+
+    fn line(k: usize) -> String {
+        format!(
+            r#"{{"session":"s{}","role":"user","key":"k{k}","content":"message {k}"}}"#,
+            k % 3
+        )
+    }
+
+    /// Every non-blank line comes out once, in order, with its number, whatever the run size.
+    #[test]
+    fn runs_of_chunks_hold_every_non_blank_line_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lines.jsonl");
+        let mut text = String::new();
+        let mut expected = Vec::new();
+        for k in 0..1_000 {
+            if k % 97 == 5 {
+                text.push_str("   \n");
+                continue;
+            }
+            text.push_str(&line(k));
+            text.push('\n');
+            expected.push((k as u64 + 1, line(k)));
+        }
+        std::fs::write(&path, &text).unwrap();
+        for run_limit in [1, 500, 10_000, usize::MAX] {
+            let mut seen = Vec::new();
+            let mut runs = 0;
+            for_each_run_of_lines(&path, run_limit, |run| {
+                runs += 1;
+                for chunk in run {
+                    assert!(chunk.lines.len() <= PARSE_CHUNK_LINES);
+                    for (no, range) in &chunk.lines {
+                        let text = String::from_utf8(chunk.bytes[range.clone()].to_vec()).unwrap();
+                        seen.push((*no, text));
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(seen, expected, "run limit {run_limit}");
+            assert!(runs >= 1);
+            if run_limit == 1 {
+                assert_eq!(runs, expected.len(), "a run per line past the limit");
+            }
+        }
+    }
+
+    /// An import of many chunks (parsed on several threads) stores the messages in file order
+    /// per session and reports bad lines in line order with their numbers.
+    #[test]
+    fn a_many_chunk_import_keeps_file_order_and_reports_lines_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("many.jsonl");
+        let mut text = String::new();
+        let mut bad_lines = Vec::new();
+        for k in 0..3_000 {
+            if k % 250 == 17 {
+                text.push_str("{\"session\":\"s0\",\"role\":\"user\",\"content\":\"trunc\n");
+                bad_lines.push(k + 1);
+                continue;
+            }
+            text.push_str(&line(k));
+            text.push('\n');
+        }
+        std::fs::write(&path, &text).unwrap();
+        let options = StoreOptions {
+            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        };
+        let store = Store::open(dir.path().join("store.redb"), options).unwrap();
+        let options = ImportOptions {
+            batch_size: 700,
+            ..ImportOptions::default()
+        };
+        let report = import_file(&store, &path, &options, |_, _| {}).unwrap();
+        assert_eq!(report.imported, 3_000 - bad_lines.len() as u64);
+        assert_eq!(report.lines, 3_000);
+        assert_eq!(report.error_count, bad_lines.len() as u64);
+        let reported: Vec<String> = report.errors.clone();
+        for (error, line_no) in reported.iter().zip(&bad_lines) {
+            assert!(
+                error.contains(&format!("line {line_no}:")),
+                "{error} (expected line {line_no})"
+            );
+        }
+        for session in 0..3 {
+            let id = store
+                .session_id_for_key(&format!("s{session}"))
+                .unwrap()
+                .unwrap();
+            let texts: Vec<String> = store
+                .session_messages(id, 0..u64::MAX)
+                .unwrap()
+                .into_iter()
+                .map(|m| lcm_core::message::search_text(&m.parts).into_owned())
+                .collect();
+            let expected: Vec<String> = (0..3_000)
+                .filter(|k| k % 3 == session && k % 250 != 17)
+                .map(|k| format!("message {k}"))
+                .collect();
+            assert_eq!(texts, expected, "session s{session}");
+        }
     }
 }

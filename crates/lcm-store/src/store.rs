@@ -24,6 +24,7 @@ use crate::coalesced_file::CoalescedFile;
 use crate::codec;
 use crate::db::Db;
 use crate::error::{Result, StoreError};
+use crate::pipeline::OrderedPipeline;
 use crate::session_runs::{self, RunWriter};
 use crate::tables::{self, meta};
 
@@ -507,7 +508,7 @@ impl Store {
                 Ok(())
             });
         };
-        let pipeline = PreparePipeline::new(messages, self.counter);
+        let pipeline = prepare_pipeline(messages, self.counter);
         self.write_append(total, |tables| {
             pipeline.run(threads, |chunk| {
                 for p in chunk {
@@ -574,7 +575,7 @@ impl Store {
                 .collect();
         };
         let mut prepared = Vec::with_capacity(messages.len());
-        let collected = PreparePipeline::new(messages, counter).run(threads, |chunk| {
+        let collected = prepare_pipeline(messages, counter).run(threads, |chunk| {
             prepared.extend(chunk);
             Ok::<(), std::convert::Infallible>(())
         });
@@ -923,7 +924,7 @@ fn prepare_message(counter: TokenCounter, session: SessionId, m: NewMessage) -> 
 }
 
 /// Batches of at least this many messages are prepared on several threads: through a
-/// [`PreparePipeline`] by an append, on every core by [`Store::prepare_append`].
+/// [`prepare_pipeline`] by an append, on every core by [`Store::prepare_append`].
 const PARALLEL_MIN_BATCH: usize = 256;
 /// The threads to prepare a batch of `len` messages on, or `None` to prepare it on the calling
 /// thread alone (a small batch, or a single core).
@@ -932,189 +933,34 @@ fn parallel_threads(len: usize) -> Option<usize> {
     (threads >= 2 && len >= PARALLEL_MIN_BATCH).then_some(threads)
 }
 
-/// Messages per chunk of a [`PreparePipeline`]: small enough that the writing thread starts
+/// Messages per chunk of a [`prepare_pipeline`]: small enough that the writing thread starts
 /// inserting soon, large enough that handing chunks over costs nothing measurable.
 const PIPELINE_CHUNK: usize = 64;
 
-/// The messages of one large append, cut into chunks that any thread may prepare
-/// ([`prepare_message`]) and that the writing thread takes in order ([`PreparePipeline::run`]).
-/// Helpers on the [`prepare_pool`] prepare chunks ahead; the writing thread inserts the chunks
-/// that are ready and, when the next one is not, prepares a chunk itself instead of waiting.
-/// Counting and inserting so overlap on different cores. The writing thread never waits for a
-/// helper that has not started (the pool may be busy with another append's chunks): it prepares
-/// what no helper has claimed, and a helper that starts late finds nothing left and returns.
-struct PreparePipeline {
+/// A message on its way into the store, with the session it goes to.
+type Incoming = (SessionId, NewMessage);
+
+/// A large append's messages in chunks of [`PIPELINE_CHUNK`], prepared on the helper pool and
+/// the writing thread ([`OrderedPipeline`]) and handed to the writer in order.
+fn prepare_pipeline(
+    messages: Vec<(SessionId, NewMessage)>,
     counter: TokenCounter,
-    state: std::sync::Mutex<PipelineState>,
-    /// Signalled whenever a chunk is ready (or a helper panicked).
-    ready: std::sync::Condvar,
-}
-
-struct PipelineState {
-    /// Chunks not yet claimed by a thread (taken on claim).
-    inputs: Vec<Option<Vec<(SessionId, NewMessage)>>>,
-    /// Prepared chunks the writing thread has not taken yet.
-    outputs: Vec<Option<Vec<Prepared>>>,
-    /// The next chunk to claim.
-    next: usize,
-    /// Set when the writing thread is done: helpers claim nothing more.
-    stopped: bool,
-    /// A helper's panic, resumed on the writing thread.
-    panic: Option<Box<dyn std::any::Any + Send>>,
-}
-
-impl PreparePipeline {
-    /// Shared: the writing thread and each helper on the pool hold it.
-    fn new(messages: Vec<(SessionId, NewMessage)>, counter: TokenCounter) -> Arc<Self> {
-        let mut inputs = Vec::with_capacity(messages.len().div_ceil(PIPELINE_CHUNK));
-        let mut iter = messages.into_iter();
-        loop {
-            let chunk: Vec<_> = iter.by_ref().take(PIPELINE_CHUNK).collect();
-            if chunk.is_empty() {
-                break;
-            }
-            inputs.push(Some(chunk));
+) -> Arc<OrderedPipeline<Vec<Incoming>, Vec<Prepared>>> {
+    let mut chunks = Vec::with_capacity(messages.len().div_ceil(PIPELINE_CHUNK));
+    let mut iter = messages.into_iter();
+    loop {
+        let chunk: Vec<_> = iter.by_ref().take(PIPELINE_CHUNK).collect();
+        if chunk.is_empty() {
+            break;
         }
-        let outputs = inputs.iter().map(|_| None).collect();
-        Arc::new(PreparePipeline {
-            counter,
-            state: std::sync::Mutex::new(PipelineState {
-                inputs,
-                outputs,
-                next: 0,
-                stopped: false,
-                panic: None,
-            }),
-            ready: std::sync::Condvar::new(),
-        })
+        chunks.push(chunk);
     }
-
-    fn chunks(&self) -> usize {
-        self.lock().outputs.len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, PipelineState> {
-        // Nothing panics while holding the lock, so a poisoned state is still consistent.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The next unclaimed chunk, if any and not stopped.
-    fn claim(state: &mut PipelineState) -> Option<(usize, Vec<(SessionId, NewMessage)>)> {
-        if state.stopped || state.next >= state.inputs.len() {
-            return None;
-        }
-        let index = state.next;
-        state.next += 1;
-        state.inputs[index].take().map(|chunk| (index, chunk))
-    }
-
-    fn prepare(&self, chunk: Vec<(SessionId, NewMessage)>) -> Vec<Prepared> {
-        let counter = self.counter;
+    OrderedPipeline::new(chunks, move |chunk: Vec<Incoming>| {
         chunk
             .into_iter()
             .map(|(session, m)| prepare_message(counter, session, m))
             .collect()
-    }
-
-    /// A helper's loop: prepare chunks until none is left or the writer stopped. Never panics
-    /// (a panic while preparing is caught and handed to the writing thread): the pool aborts
-    /// the process on a panicking job.
-    fn help(&self) {
-        loop {
-            let Some((index, chunk)) = Self::claim(&mut self.lock()) else {
-                return;
-            };
-            let prepared =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare(chunk)));
-            let mut state = self.lock();
-            match prepared {
-                Ok(prepared) => state.outputs[index] = Some(prepared),
-                Err(panic) => {
-                    state.panic = Some(panic);
-                    state.stopped = true;
-                }
-            }
-            drop(state);
-            self.ready.notify_all();
-        }
-    }
-
-    /// Chunk `index`, prepared (by a helper, or here while it is not ready).
-    fn take(&self, index: usize) -> Vec<Prepared> {
-        let mut state = self.lock();
-        loop {
-            if let Some(prepared) = state.outputs[index].take() {
-                return prepared;
-            }
-            if let Some(panic) = state.panic.take() {
-                drop(state);
-                std::panic::resume_unwind(panic);
-            }
-            if let Some((claimed, chunk)) = Self::claim(&mut state) {
-                drop(state);
-                let prepared = self.prepare(chunk);
-                if claimed == index {
-                    return prepared;
-                }
-                state = self.lock();
-                state.outputs[claimed] = Some(prepared);
-                continue;
-            }
-            state = self
-                .ready
-                .wait(state)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
-    }
-
-    fn stop(&self) {
-        self.lock().stopped = true;
-    }
-
-    /// Prepares every chunk on this thread and up to `threads - 1` helpers, handing the chunks
-    /// to `consume` in order on this thread. An error from `consume` ends the run (helpers stop
-    /// after the chunk they are preparing). Without a pool (the system refused its threads),
-    /// this thread prepares every chunk.
-    fn run<E>(
-        self: Arc<Self>,
-        threads: usize,
-        mut consume: impl FnMut(Vec<Prepared>) -> std::result::Result<(), E>,
-    ) -> std::result::Result<(), E> {
-        if let Some(pool) = prepare_pool() {
-            for _ in 1..threads {
-                let pipeline = Arc::clone(&self);
-                pool.spawn(move || pipeline.help());
-            }
-        }
-        let consumed = (0..self.chunks()).try_for_each(|chunk| consume(self.take(chunk)));
-        self.stop();
-        consumed
-    }
-}
-
-/// The threads that help prepare large appends: `cores - 1` of them, started on first use and
-/// kept for the life of the process, shared by every store in it. (A thread started for each
-/// append cost about 7% of a batch of 1,000 on two cores: 3.96-4.10 ms against 3.69-3.80 ms
-/// with threads kept, alternating runs of one example program.) `None`, after one warning, if
-/// the system refuses the threads.
-fn prepare_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        let built = rayon::ThreadPoolBuilder::new()
-            .num_threads(crate::cores::cores().saturating_sub(1).max(1))
-            .thread_name(|i| format!("lcm-prepare-{i}"))
-            .build();
-        match built {
-            Ok(pool) => Some(pool),
-            Err(e) => {
-                tracing::warn!(error = %e, "no helper threads to prepare appends; preparing them on the writing thread");
-                None
-            }
-        }
     })
-    .as_ref()
 }
 
 /// The tables an append writes, open in one write transaction, and what the append has
@@ -1630,7 +1476,7 @@ mod tests {
     /// thread prepares every chunk itself and the append returns.
     #[test]
     fn a_pipelined_append_does_not_wait_for_busy_helpers() {
-        let Some(pool) = prepare_pool() else {
+        let Some(pool) = crate::pipeline::helper_pool() else {
             panic!("this machine refused the prepare pool's threads");
         };
         let (release, blocked) = std::sync::mpsc::channel::<()>();
