@@ -973,6 +973,52 @@ mod tests {
         }
     }
 
+    /// A time range scopes both modes exactly, over indexed messages (full text filters on the
+    /// `created_at` fast field) and over the unindexed tail (scanned) alike.
+    #[test]
+    fn a_time_range_scopes_indexed_and_unindexed_messages_alike() {
+        let store = Store::open_in_memory(crate::store::StoreOptions {
+            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        })
+        .unwrap();
+        let session = store.create_session("zoo", None).unwrap();
+        let base = 1_790_000_000_000i64;
+        let at = |i: i64| lcm_core::time::Timestamp(base + i * 60_000);
+        let append = |from: i64, to: i64| {
+            for i in from..to {
+                let mut m = lcm_core::message::NewMessage::text(
+                    lcm_core::message::Role::User,
+                    format!("zebra number {i}"),
+                );
+                m.created_at = at(i);
+                store.append(session, m).unwrap();
+            }
+        };
+        let config = SearchConfig::default();
+        let index = SearchIndex::open_in_ram(&store, &config).unwrap();
+        append(0, 6);
+        index.catch_up(&store, |_, _| {}).unwrap();
+        append(6, 10);
+        assert_eq!(index.watermark(), MessageId(6));
+        for (mode, pattern) in [(GrepMode::FullText, "zebra"), (GrepMode::Regex, "zebra")] {
+            let request = GrepRequest {
+                pattern: pattern.into(),
+                mode,
+                scope: Scope {
+                    since: Some(at(2)),
+                    before: Some(at(8)),
+                    ..Scope::default()
+                },
+                limit: Some(100),
+                cursor: None,
+            };
+            let page = grep(&store, &index, &config, &request).unwrap();
+            let mut ids: Vec<u64> = page.hits.iter().map(|h| h.message.0).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, (2..8).collect::<Vec<u64>>(), "{mode:?}");
+        }
+    }
+
     #[test]
     fn full_text_pages_after_the_ranked_ones_skip_nothing_indexed_meanwhile() {
         let (store, _) = store_with_zebras(5);

@@ -1,7 +1,8 @@
 //! The search index: derived from the store, rebuildable from it at any time, holding no copy
 //! of any text. Two parts, in one directory:
 //! - a tantivy index (no field stored), per message: `msg_id`, `session`, `role`, `created_at`
-//!   (numbers, to filter by scope and to map hits back to the store) and `words` (the text
+//!   (numbers, to filter by scope and to map hits back to the store; `msg_id` and `created_at`
+//!   as fast fields only, not terms) and `words` (the text
 //!   tokenised into stemmed, lowercased words, for ranked BM25 full-text search);
 //! - the trigram index (`trigram_index.rs`, in `trigrams/`): which messages hold each
 //!   lowercased character trigram, to narrow regex search to the messages that can match (see
@@ -41,7 +42,9 @@ const WORDS_TOKENIZER: &str = "en_stem";
 /// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.
 /// 2: trigrams starting or ending with ASCII whitespace are no longer indexed; no fieldnorms
 /// for trigrams. 3: trigrams in their own segments ([`crate::trigram_index`]), not in tantivy.
-const INDEX_FORMAT: u32 = 3;
+/// 4: `msg_id` and `created_at` are fast fields only (an index of format 3 has another schema,
+/// so it is rebuilt by the schema check as well).
+const INDEX_FORMAT: u32 = 4;
 /// The trigram index's directory, inside the index directory.
 const TRIGRAM_DIR: &str = "trigrams";
 
@@ -56,11 +59,14 @@ pub(crate) struct Fields {
 
 fn schema() -> (Schema, Fields) {
     let mut builder = Schema::builder();
-    let number = NumericOptions::default().set_indexed().set_fast();
-    let msg_id = builder.add_u64_field("msg_id", number.clone());
-    let session = builder.add_u64_field("session", number.clone());
+    // `msg_id` (read back from a hit) and `created_at` (a time range is a fast-field range
+    // query) are fast fields only: in the inverted index both would add a term, nearly unique,
+    // for every document, which no query reads.
+    let fast = NumericOptions::default().set_fast();
+    let msg_id = builder.add_u64_field("msg_id", fast.clone());
+    let session = builder.add_u64_field("session", fast.clone().set_indexed());
     let role = builder.add_u64_field("role", INDEXED);
-    let created_at = builder.add_i64_field("created_at", number);
+    let created_at = builder.add_i64_field("created_at", fast);
     let words = builder.add_text_field(
         "words",
         TextOptions::default().set_indexing_options(
@@ -744,6 +750,50 @@ mod tests {
                 .unwrap();
             assert_eq!(!found.is_empty(), held, "{gram:?}");
         }
+    }
+
+    /// An index with this format's payload but another schema (format 3's, where `msg_id` and
+    /// `created_at` were also indexed as terms) is discarded at open and rebuilt.
+    #[test]
+    fn an_index_with_another_schema_is_rebuilt() {
+        let config = SearchConfig::default();
+        let (dir, store, index, session) = fixture(config.index_batch);
+        append(&store, session, 0, 20);
+        index.catch_up(&store, |_, _| {}).unwrap();
+        index.finish_merges().unwrap();
+        drop(index);
+        let index_dir = dir.path().join("index");
+        for entry in std::fs::read_dir(&index_dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        {
+            let mut builder = Schema::builder();
+            let number = NumericOptions::default().set_indexed().set_fast();
+            builder.add_u64_field("msg_id", number.clone());
+            builder.add_u64_field("session", number.clone());
+            builder.add_u64_field("role", INDEXED);
+            builder.add_i64_field("created_at", number);
+            builder.add_text_field(
+                "words",
+                TextOptions::default().set_indexing_options(
+                    TextFieldIndexing::default()
+                        .set_tokenizer(WORDS_TOKENIZER)
+                        .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+                ),
+            );
+            let old = Index::create_in_dir(&index_dir, builder.build()).unwrap();
+            let mut writer: IndexWriter = old.writer_with_num_threads(1, 15_000_000).unwrap();
+            let mut commit = writer.prepare_commit().unwrap();
+            commit.set_payload(&payload(20));
+            commit.commit().unwrap();
+        }
+        let index = SearchIndex::open(&index_dir, &store, &config).unwrap();
+        assert_eq!(index.watermark(), MessageId(0), "discarded");
+        assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 20);
+        assert_indexed_once(&store, &index, 20);
     }
 
     /// A store, an index over it with commits every `index_batch` messages, and a session.
