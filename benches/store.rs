@@ -185,31 +185,34 @@ fn ingest(c: &mut Criterion) {
     });
     // The baseline as specified (WAL, synchronous=NORMAL) does not fsync at commit, so a power
     // loss can take its last transactions; lcm's appends are durable on return. The same
-    // baseline with synchronous=FULL is the durable equivalent, measured for context.
-    let full_dir = tempfile::tempdir_in(&f.dir).expect("tmp");
-    let mut full = Baseline::open(&full_dir.path().join("full.sqlite"), true);
-    let mut specified = f.sqlite.lock().expect("sqlite");
-    for (name, sqlite, mut next) in [
-        ("sqlite/insert_batch_1000", &mut *specified, f.n + TAIL),
-        ("sqlite_full/insert_batch_1000", &mut full, 0),
+    // baseline with synchronous=FULL is the durable equivalent, measured for context. Both run
+    // on the fixture's database, as lcm appends to the fixture's store: the same workload.
+    let mut sqlite = f.sqlite.lock().expect("sqlite");
+    let mut sqlite_next = f.n + TAIL;
+    for (name, synchronous) in [
+        ("sqlite/insert_batch_1000", "NORMAL"),
+        ("sqlite_full/insert_batch_1000", "FULL"),
     ] {
+        sqlite
+            .conn
+            .pragma_update(None, "synchronous", synchronous)
+            .expect("synchronous");
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let batch: Vec<NewMessage> = (next..next + 1_000)
+                    let batch: Vec<NewMessage> = (sqlite_next..sqlite_next + 1_000)
                         .map(|k| corpus::message(&f.words, k))
                         .collect();
                     let t = Instant::now();
-                    sqlite.insert(0, next as i64, &batch);
+                    sqlite.insert(0, sqlite_next as i64, &batch);
                     total += t.elapsed();
-                    next += 1_000;
+                    sqlite_next += 1_000;
                 }
                 total
             })
         });
     }
-    drop(specified);
     group.throughput(Throughput::Elements(1));
     group.bench_function("lcm/append_single_durable", |b| {
         b.iter_custom(|iters| {
@@ -224,27 +227,32 @@ fn ingest(c: &mut Criterion) {
             total
         })
     });
-    for (name, durable) in [
-        ("sqlite_normal/insert_single", false),
-        ("sqlite_full/insert_single", true),
+    for (name, synchronous) in [
+        ("sqlite_normal/insert_single", "NORMAL"),
+        ("sqlite_full/insert_single", "FULL"),
     ] {
-        let tmp = tempfile::tempdir_in(&f.dir).expect("tmp");
-        let mut single = Baseline::open(&tmp.path().join("single.sqlite"), durable);
-        let mut k = 0u64;
+        sqlite
+            .conn
+            .pragma_update(None, "synchronous", synchronous)
+            .expect("synchronous");
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let m = [corpus::message(&f.words, k)];
+                    let m = [corpus::message(&f.words, sqlite_next)];
                     let t = Instant::now();
-                    single.insert(0, k as i64, &m);
+                    sqlite.insert(1, sqlite_next as i64, &m);
                     total += t.elapsed();
-                    k += 1;
+                    sqlite_next += 1;
                 }
                 total
             })
         });
     }
+    sqlite
+        .conn
+        .pragma_update(None, "synchronous", "NORMAL")
+        .expect("synchronous");
     group.finish();
 }
 
