@@ -6,7 +6,8 @@
 //! `/v1/messages` and `/messages` all work), and replies from a script: a queue of
 //! [`ScriptedReply`]s consumed one per request, then a default reply ([`ScriptedReply::Echo`]
 //! unless changed). It records every request (method, path, headers, JSON body) for assertions.
-//! `GET .../models` lists one model, `scripted-model`.
+//! `GET .../models` lists one model, `scripted-model`; `POST .../messages/count_tokens` answers
+//! `{"input_tokens": N}`, N the length of the request's `messages` as JSON.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -464,6 +465,16 @@ async fn handle(
         let body =
             r#"{"object":"list","data":[{"id":"scripted-model","object":"model","type":"model"}]}"#;
         return Ok(respond(200, None, body.into()));
+    }
+    // Anthropic's token counting: one "token" per byte of the request's `messages` as JSON, so
+    // a test can tell the body arrived whole.
+    if recorded.method == "POST" && recorded.path.ends_with("/messages/count_tokens") {
+        let counted = recorded
+            .body
+            .get("messages")
+            .map_or(0, |m| m.to_string().len());
+        let body = format!("{{\"input_tokens\":{counted}}}");
+        return Ok(respond(200, None, body));
     }
     if shape == ApiShape::Unknown {
         return Ok(respond(404, None, "{\"error\":\"unknown path\"}".into()));

@@ -224,6 +224,13 @@ pub const ROUTES: &[Route] = &[
             || post(proxy::anthropic_messages),
         )
     },
+    route(
+        "POST",
+        "/v1/messages/count_tokens",
+        Authenticated,
+        "Proxy: Anthropic's token count of the request as sent, passed through.",
+        || post(proxy::anthropic_count_tokens),
+    ),
 ];
 
 /// Routes whose `Authorization` header may carry the upstream's key, lcm's own token then
@@ -231,7 +238,7 @@ pub const ROUTES: &[Route] = &[
 fn upstream_credentials(route: &Route) -> bool {
     matches!(
         route.path,
-        "/v1/chat/completions" | "/v1/messages" | "/v1/models"
+        "/v1/chat/completions" | "/v1/messages" | "/v1/messages/count_tokens" | "/v1/models"
     )
 }
 

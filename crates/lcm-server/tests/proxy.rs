@@ -1083,6 +1083,81 @@ async fn model_lists_pass_through_with_the_clients_credentials() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_token_counts_pass_through_unchanged_and_store_nothing() {
+    let upstream = ScriptedServer::start().await;
+    let anthropic_base = format!("{}/anthropic/v1", upstream.root_url());
+    let server = daemon(&upstream.url(), |setup| {
+        setup.config.proxy.anthropic_base_url = anthropic_base.clone();
+    })
+    .await;
+    let body = json!({
+        "model": "claude-test",
+        "system": "You are terse.",
+        "messages": [
+            {"role": "user", "content": "How many tokens is this question?"},
+            {"role": "assistant", "content": "A few."},
+            {"role": "user", "content": "Exactly?"}
+        ]
+    });
+    let raw = serde_json::to_vec_pretty(&body).unwrap();
+    let reply = call(
+        &server,
+        "/v1/messages/count_tokens",
+        &raw,
+        &[("x-api-key", "sk-ant"), ("anthropic-version", "2023-06-01")],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(
+        reply.json()["input_tokens"],
+        body["messages"].to_string().len()
+    );
+    let sent = &upstream.requests()[0];
+    assert_eq!(sent.method, "POST");
+    assert_eq!(sent.path, "/anthropic/v1/messages/count_tokens");
+    assert_eq!(
+        sent.raw_body.as_bytes(),
+        raw.as_slice(),
+        "the body goes as sent"
+    );
+    assert_eq!(sent.header("x-api-key"), Some("sk-ant"));
+    assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
+    assert!(
+        server.runtime.store().sessions().unwrap().is_empty(),
+        "counting stores nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_gives_a_clear_token_count_error() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let server = daemon(&url, |setup| {
+        setup.config.proxy.anthropic_base_url = url.clone();
+    })
+    .await;
+    let reply = call(
+        &server,
+        "/v1/messages/count_tokens",
+        br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+        &[("anthropic-version", "2023-06-01")],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{}", reply.text());
+    // In Anthropic's error shape, naming the call that failed.
+    assert_eq!(reply.json()["type"], "error", "{}", reply.text());
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("POST") && message.contains("/v1/messages/count_tokens"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_gives_a_clear_model_list_error() {
     // A loopback port nothing listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

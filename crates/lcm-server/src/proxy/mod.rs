@@ -1,5 +1,6 @@
 //! The OpenAI- and Anthropic-compatible proxy: `POST /v1/chat/completions` and
-//! `POST /v1/messages`.
+//! `POST /v1/messages` (with `GET /v1/models` and `POST /v1/messages/count_tokens` passed
+//! through unchanged).
 //!
 //! A client points its base URL at the daemon and talks to it as to its provider. For each
 //! request the proxy:
@@ -115,18 +116,55 @@ pub(crate) async fn anthropic_messages(
 /// (as Anthropic's clients send), OpenAI's otherwise; the client's credentials go along as on
 /// the other proxy routes.
 pub(crate) async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let config = &state.inner.config.proxy;
     let shape = if headers.contains_key("anthropic-version") {
         Shape::Anthropic
     } else {
         Shape::OpenAi
     };
-    let url = upstream_url(config, shape, "/models");
+    pass_through(&state, shape, "/models", &headers, None).await
+}
+
+/// `POST /v1/messages/count_tokens`: Anthropic's count of a request's input tokens, passed
+/// through to the Anthropic upstream as the client sent it (its body and credentials). It
+/// counts the client's messages, not lcm's context (`/v1/messages` assembles that per call),
+/// and stores nothing.
+pub(crate) async fn anthropic_count_tokens(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Response {
+    pass_through(
+        &state,
+        Shape::Anthropic,
+        "/messages/count_tokens",
+        &headers,
+        Some(body.to_vec()),
+    )
+    .await
+}
+
+/// Sends the client's request to `endpoint` of `shape`'s upstream (a GET, or a POST of `body`)
+/// with the client's credentials, and returns the answer (status, headers, body) as the
+/// upstream sent it; an unreachable upstream or a timeout is an error in the request's shape.
+async fn pass_through(
+    state: &AppState,
+    shape: Shape,
+    endpoint: &str,
+    headers: &HeaderMap,
+    body: Option<Vec<u8>>,
+) -> Response {
+    let config = &state.inner.config.proxy;
+    let url = upstream_url(config, shape, endpoint);
     let strip_authorization = state.inner.auth.enabled() && !headers.contains_key(TOKEN_HEADER);
-    let forward = forward_headers(&headers, strip_authorization);
+    let forward = forward_headers(headers, strip_authorization);
     let timeout = Duration::from_secs(config.timeout_s);
     let upstream = &state.inner.upstream;
-    let answer = match upstream.get(&url, forward, timeout).await {
+    let method = if body.is_some() { "POST" } else { "GET" };
+    let sent = match body {
+        Some(body) => upstream.post(&url, forward, body, timeout).await,
+        None => upstream.get(&url, forward, timeout).await,
+    };
+    let answer = match sent {
         Ok(mut response) => read_all(&mut response, timeout)
             .await
             .map(|body| (response.status(), answer_headers(response.headers()), body)),
@@ -145,7 +183,7 @@ pub(crate) async fn models(State(state): State<AppState>, headers: HeaderMap) ->
             *response.headers_mut() = headers;
             response
         }
-        Err(error) => unreachable(&state, shape, "GET", &url, &error, None),
+        Err(error) => unreachable(state, shape, method, &url, &error, None),
     }
 }
 
