@@ -616,8 +616,9 @@ fn ranks(encoding: super::Encoding) -> &'static Ranks {
 /// runs first: repeatedly merge the adjacent pair whose merged bytes have the lowest rank,
 /// leftmost on ties, until no merged pair is a token.
 fn merge_len(ranks: &Ranks, piece: &[u8]) -> usize {
-    if ranks.contains_key(piece) {
-        return 1;
+    if piece.len() < 2 || ranks.contains_key(piece) {
+        // Every single byte is a token; an empty piece has none.
+        return piece.len().min(1);
     }
     let rank = |start: usize, end: usize| ranks.get(&piece[start..end]).copied();
     // parts[k] = (start of part k, rank of part k merged with part k + 1); two sentinels.
@@ -837,6 +838,20 @@ mod tests {
                     Some(bytes)
                 );
             }
+        }
+    }
+
+    #[test]
+    fn merging_is_total_on_the_shortest_pieces() {
+        let table = ranks(crate::tokens::Encoding::O200kBase);
+        assert_eq!(merge_len(table, b""), 0);
+        assert_eq!(merge_len(table, b"x"), 1);
+        let bpe = crate::tokens::Encoding::O200kBase.bpe();
+        for piece in ["xq", "zz", "the", "Qx"] {
+            assert_eq!(
+                merge_len(table, piece.as_bytes()),
+                bpe.encode_ordinary(piece).len()
+            );
         }
     }
 
