@@ -60,7 +60,7 @@ fn fixture() -> &'static Fixture {
                 .expect("temp dir");
         let dir = tmp.path().join("lcm");
         let data = DataDir::open(&dir, &Config::default()).expect("open");
-        let mut sqlite = Baseline::open(&tmp.path().join("baseline.sqlite"), false);
+        let mut sqlite = Baseline::open(&tmp.path().join("baseline.sqlite"));
         let sessions: Vec<SessionId> = (0..SESSIONS)
             .map(|i| {
                 data.store
@@ -193,10 +193,7 @@ fn ingest(c: &mut Criterion) {
         ("sqlite/insert_batch_1000", "NORMAL"),
         ("sqlite_full/insert_batch_1000", "FULL"),
     ] {
-        sqlite
-            .conn
-            .pragma_update(None, "synchronous", synchronous)
-            .expect("synchronous");
+        sqlite.set_synchronous(synchronous);
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -231,10 +228,7 @@ fn ingest(c: &mut Criterion) {
         ("sqlite_normal/insert_single", "NORMAL"),
         ("sqlite_full/insert_single", "FULL"),
     ] {
-        sqlite
-            .conn
-            .pragma_update(None, "synchronous", synchronous)
-            .expect("synchronous");
+        sqlite.set_synchronous(synchronous);
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -249,10 +243,7 @@ fn ingest(c: &mut Criterion) {
             })
         });
     }
-    sqlite
-        .conn
-        .pragma_update(None, "synchronous", "NORMAL")
-        .expect("synchronous");
+    sqlite.set_synchronous("NORMAL");
     group.finish();
 }
 
@@ -405,7 +396,7 @@ fn import(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let tmp = tempfile::tempdir().expect("tmp");
-                let mut sqlite = Baseline::open(&tmp.path().join("b.sqlite"), false);
+                let mut sqlite = Baseline::open(&tmp.path().join("b.sqlite"));
                 let t = Instant::now();
                 for (conv, file) in files.iter().enumerate() {
                     // The same parser feeds both stores: the difference is storage and indexing.
@@ -582,7 +573,7 @@ fn open(c: &mut Criterion) {
     let sqlite_path = f.dir.parent().expect("parent").join("baseline.sqlite");
     group.bench_function("sqlite/open_then_query", |b| {
         b.iter(|| {
-            let baseline = Baseline::open(&sqlite_path, false);
+            let baseline = Baseline::open(&sqlite_path);
             std::hint::black_box(baseline.count());
         })
     });

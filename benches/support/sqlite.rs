@@ -14,11 +14,11 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    pub fn open(path: &Path, durable: bool) -> Baseline {
+    pub fn open(path: &Path) -> Baseline {
         let conn = Connection::open(path).expect("open sqlite");
         conn.pragma_update(None, "journal_mode", "WAL")
             .expect("wal");
-        conn.pragma_update(None, "synchronous", if durable { "FULL" } else { "NORMAL" })
+        conn.pragma_update(None, "synchronous", "NORMAL")
             .expect("synchronous");
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS messages (
@@ -49,6 +49,14 @@ impl Baseline {
         )
         .expect("regexp function");
         Baseline { conn }
+    }
+
+    /// Switches this connection's `synchronous` mode: `NORMAL` (the baseline as specified: no
+    /// fsync at commit in WAL mode) or `FULL` (durable at commit, as lcm's appends are).
+    pub fn set_synchronous(&self, mode: &str) {
+        self.conn
+            .pragma_update(None, "synchronous", mode)
+            .expect("synchronous");
     }
 
     /// Inserts messages in one transaction (text + FTS row), as lossless-claw does per turn.

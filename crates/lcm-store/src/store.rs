@@ -943,7 +943,7 @@ type Incoming = (SessionId, NewMessage);
 /// A large append's messages in chunks of [`PIPELINE_CHUNK`], prepared on the helper pool and
 /// the writing thread ([`OrderedPipeline`]) and handed to the writer in order.
 fn prepare_pipeline(
-    messages: Vec<(SessionId, NewMessage)>,
+    messages: Vec<Incoming>,
     counter: TokenCounter,
 ) -> Arc<OrderedPipeline<Vec<Incoming>, Vec<Prepared>>> {
     let mut chunks = Vec::with_capacity(messages.len().div_ceil(PIPELINE_CHUNK));

@@ -522,11 +522,12 @@ pub(super) fn count(pattern: Pattern, encoding: super::Encoding, text: &str) -> 
         let piece = &text[i..end];
         // A piece the scanner cut is one pre-token: byte-pair merge it directly. A region
         // tiktoken-rs pre-tokenizes itself goes through `encode_ordinary`.
-        let count_uncached = || match ranks_if_built(encoding) {
-            Some(ranks) if one_piece && piece.len() < DIRECT_MERGE_MAX => {
-                merge_len(ranks, piece.as_bytes())
+        let count_uncached = || {
+            let direct = one_piece && piece.len() < DIRECT_MERGE_MAX;
+            match direct.then(|| ranks_if_built(encoding)).flatten() {
+                Some(ranks) => merge_len(ranks, piece.as_bytes()),
+                None => encode_len(encoding.bpe(), piece),
             }
-            _ => encode_len(encoding.bpe(), piece),
         };
         total += match piece.len() {
             // Every single byte is a token of these encodings.
