@@ -447,6 +447,13 @@ fn search(c: &mut Criterion) {
             r"[A-Z]{3}_\d{5}",
             GrepMode::Regex,
         ),
+        // Can match a space or a newline (the bytes that join a message's fields), so a scan
+        // cannot judge a pack of records by its bytes as a whole: message by message.
+        (
+            "regex_no_literal_spaces_full_scan",
+            r"[A-Z]{3}\s\d{5}",
+            GrepMode::Regex,
+        ),
         ("full_text_two_words", "timeout module", GrepMode::FullText),
     ];
     // Grep is measured on an index that has caught up with the store (as the runtime keeps it).

@@ -1,7 +1,7 @@
 //! Regex grep against a naive scan: for random corpora and random patterns, with part of the
-//! corpus indexed and the rest appended after the index's last commit, grep (followed page by
-//! page through its cursors) returns exactly the messages a plain `Regex::is_match` over every
-//! stored text finds.
+//! corpus indexed and the rest appended after the index's last commit, in batches of random
+//! size (stored as packs of records), grep (followed page by page through its cursors) returns
+//! exactly the messages a plain `Regex::is_match` over every stored text finds.
 
 use lcm::core::config::SearchConfig;
 use lcm::core::message::{NewMessage, Part, Role};
@@ -46,8 +46,29 @@ fn text_strategy() -> impl Strategy<Value = String> {
     .prop_map(|pieces| pieces.into_iter().map(|(w, s)| format!("{w}{s}")).collect())
 }
 
-fn message_strategy() -> impl Strategy<Value = (u8, u8, Vec<String>)> {
-    (0u8..3, 0u8..4, prop::collection::vec(text_strategy(), 1..3))
+/// Session, role, texts, and whether the message is a tool call (name and arguments: the first
+/// two texts) rather than text parts.
+fn message_strategy() -> impl Strategy<Value = (u8, u8, Vec<String>, bool)> {
+    (
+        0u8..3,
+        0u8..4,
+        prop::collection::vec(text_strategy(), 1..3),
+        prop::bool::weighted(0.2),
+    )
+}
+
+fn parts(texts: &[String], tool_call: bool) -> Vec<Part> {
+    if tool_call {
+        return vec![Part::ToolCall {
+            id: "toolu_1".into(),
+            name: texts[0].clone(),
+            arguments: texts.get(1).cloned().unwrap_or_default(),
+        }];
+    }
+    texts
+        .iter()
+        .map(|t| Part::Text { text: t.clone() })
+        .collect()
 }
 
 /// Patterns built from pieces of the vocabulary with regex operators around them.
@@ -117,6 +138,7 @@ proptest! {
         scope_role in prop::option::of(0u8..4),
         page in 1usize..6,
         index_batch in 1usize..12,
+        append_batch in 1usize..24,
     ) {
         let store = Store::open_in_memory(StoreOptions { counter: TokenCounter::new(Encoding::O200kBase) }).unwrap();
         // Small commits: many trigram segments, merged four at a time.
@@ -124,21 +146,29 @@ proptest! {
         let index = SearchIndex::open_in_ram(&store, &config).unwrap();
         let sessions: Vec<SessionId> = (0..3).map(|i| store.create_session(&format!("s{i}"), None).unwrap()).collect();
         let split = (messages.len() as f64 * indexed_fraction) as usize;
-        for (i, (session, role_code, texts)) in messages.iter().enumerate() {
-            if i == split {
-                index.catch_up(&store, |_, _| {}).unwrap();
-            }
-            let m = NewMessage {
-                role: role(*role_code),
-                parts: texts.iter().map(|t| Part::Text { text: t.clone() }).collect(),
-                created_at: Timestamp(i as i64),
-                original: None,
-                source_key: None,
-            };
-            store.append(sessions[usize::from(*session)], m).unwrap();
+        // Appended in batches (several messages in a batch are stored as packs), the index
+        // caught up between the two halves.
+        let incoming: Vec<(SessionId, NewMessage)> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, (session, role_code, texts, tool_call))| {
+                let m = NewMessage {
+                    role: role(*role_code),
+                    parts: parts(texts, *tool_call),
+                    created_at: Timestamp(i as i64),
+                    original: None,
+                    source_key: None,
+                };
+                (sessions[usize::from(*session)], m)
+            })
+            .collect();
+        let (before, after) = incoming.split_at(split);
+        for chunk in before.chunks(append_batch) {
+            store.append_mixed(chunk.to_vec()).unwrap();
         }
-        if split >= messages.len() {
-            index.catch_up(&store, |_, _| {}).unwrap();
+        index.catch_up(&store, |_, _| {}).unwrap();
+        for chunk in after.chunks(append_batch) {
+            store.append_mixed(chunk.to_vec()).unwrap();
         }
         let scope = Scope {
             session: scope_session.map(|s| sessions[usize::from(s)]),

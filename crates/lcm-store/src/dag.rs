@@ -13,6 +13,7 @@ use redb::ReadableTable;
 
 use crate::codec;
 use crate::error::{Result, StoreError};
+use crate::message_rows;
 use crate::store::{MessageRecord, Store, StoreReader, next_counter};
 use crate::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
 
@@ -100,10 +101,9 @@ impl Store {
                         let NodeRef::Message(id) = source else {
                             unreachable!("validated: leaf sources are messages");
                         };
-                        let bytes = messages
-                            .get(id.0)?
+                        let stored = message_rows::get(&messages, id.0)?
                             .ok_or(StoreError::MessageNotFound(*id))?;
-                        let m: MessageRecord = codec::decode("messages", bytes.value())?;
+                        let m: MessageRecord = codec::decode("messages", stored.bytes())?;
                         if m.session != new.session.0 {
                             return Err(StoreError::InvalidMessage(format!(
                                 "{id} belongs to ses_{}, not {}",

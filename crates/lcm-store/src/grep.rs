@@ -28,9 +28,10 @@ use serde::Serialize;
 use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
+use crate::message_rows::{InRow, Step};
 use crate::store::{Store, StoreReader};
 use crate::trigram;
-use crate::view::{MessageRecordView, ScanRecord};
+use crate::view::{Joins, MessageRecordView, ScanRecord};
 
 /// Longest pattern accepted.
 const MAX_PATTERN_LEN: usize = 4_096;
@@ -63,6 +64,14 @@ impl Scope {
 
     fn admits_view(&self, m: &MessageRecordView<'_>) -> bool {
         self.admits_fields(SessionId(m.session), m.role, m.created_at)
+    }
+
+    /// Whether the scope restricts nothing.
+    fn is_everything(&self) -> bool {
+        self.session.is_none()
+            && self.roles.is_empty()
+            && self.since.is_none()
+            && self.before.is_none()
     }
 
     fn admits_fields(&self, session: SessionId, role: Role, created_at: Timestamp) -> bool {
@@ -173,8 +182,10 @@ fn regex_grep(
     fingerprint: u64,
 ) -> Result<GrepPage> {
     // Parsing first reports a syntax error as `regex` does (with the pattern and a caret).
-    let plan = trigram::plan_pattern(&request.pattern)
+    let hir = regex_syntax::Parser::new()
+        .parse(&request.pattern)
         .map_err(|e| StoreError::InvalidQuery(format!("invalid regex: {e}")))?;
+    let plan = trigram::plan(&hir);
     // The `regex` crate's own engine, with its defaults: the same matches as `regex::Regex`,
     // on text or on bytes. Compiled once (about 50 µs, a third of a literal grep).
     let regex = BytesRegex::new(&request.pattern)
@@ -186,7 +197,8 @@ fn regex_grep(
     };
     let scope = &request.scope;
     let reader = store.reader()?;
-    let mut collector = HitCollector::new(RecordTester::new(&regex, config.snippet_chars), limit);
+    let tester = RecordTester::new(&regex, config.snippet_chars, ByRow::of(&hir));
+    let mut collector = HitCollector::new(tester, limit);
 
     let end = store.next_message_id()?;
     let strategy = if plan.is_all() {
@@ -293,8 +305,8 @@ fn scan_parallel(
             // This thread alone, stopping at the limit.
             store
                 .reader()?
-                .range_records(MessageId(from)..MessageId(to), |id, bytes| {
-                    collector.offer(id, bytes, scope)
+                .range_records_in_rows(MessageId(from)..MessageId(to), |r| {
+                    collector.offer_in_row(&r, scope)
                 })?;
             from = to;
             continue;
@@ -350,9 +362,11 @@ fn scan_part(
         return Ok((hits, examined));
     }
     let reader = store.reader()?;
-    reader.range_records(MessageId(ids.start)..MessageId(ids.end), |id, bytes| {
-        hits.extend(tester.test(id, bytes, scope)?.tally(&mut examined));
-        Ok(ControlFlow::Continue(()))
+    reader.range_records_in_rows(MessageId(ids.start)..MessageId(ids.end), |r| {
+        let tested = tester.test_in_row(&r, scope)?;
+        let step = tested.step();
+        hits.extend(tested.tally(&mut examined));
+        Ok(step)
     })?;
     Ok((hits, examined))
 }
@@ -385,16 +399,30 @@ enum Tested {
     /// Outside the scope: not examined.
     OutOfScope,
     Miss,
+    /// This message and the rest of its row ([`InRow::rest`] messages in all) miss.
+    RowMisses(u64),
     Hit(GrepHit),
 }
 
 impl Tested {
+    /// How a walk over rows goes on after this.
+    fn step(&self) -> Step {
+        match self {
+            Tested::RowMisses(_) => Step::SkipRow,
+            _ => Step::Next,
+        }
+    }
+
     /// Counts the message into `examined` if it was in scope; the hit, if any.
     fn tally(self, examined: &mut u64) -> Option<GrepHit> {
         match self {
             Tested::OutOfScope => None,
             Tested::Miss => {
                 *examined += 1;
+                None
+            }
+            Tested::RowMisses(n) => {
+                *examined += n;
                 None
             }
             Tested::Hit(hit) => {
@@ -419,38 +447,212 @@ struct RecordTester<'r> {
     /// The searchable text of multi-part messages, as bytes and as text.
     joined_bytes: Vec<u8>,
     joined_text: String,
+    /// Whether and how a pack row may be searched as a whole.
+    by_row: Option<ByRow>,
+    row: RowSearch,
+}
+
+/// Where the regex can match in the pack row being scanned (see [`RecordTester::test_in_row`]).
+#[derive(Debug, Clone, Copy)]
+struct RowSearch {
+    /// The first id of the row (`u64::MAX`: none yet).
+    first: u64,
+    /// Searched from this offset of the row.
+    from: usize,
+    /// The end of the earliest match at or after `from`: `None` if not searched yet,
+    /// `Some(None)` if there is none.
+    earliest_end: Option<Option<usize>>,
+}
+
+impl RowSearch {
+    const NONE: RowSearch = RowSearch {
+        first: u64::MAX,
+        from: 0,
+        earliest_end: None,
+    };
+}
+
+/// How a pattern can be searched for in a pack row's bytes as a whole (see
+/// [`RecordTester::test_in_row`]): only if the regex asserts nothing about what surrounds a
+/// match (no anchors, no word boundaries), so that a match in a message's text is a match in
+/// any bytes that contain it, and cannot match the empty string (which every text holds).
+#[derive(Debug, Clone, Copy)]
+struct ByRow {
+    /// Whether a match can take in a space (what joins a tool call's name and arguments) or a
+    /// newline (what joins parts).
+    matches_space: bool,
+    matches_newline: bool,
+}
+
+impl ByRow {
+    fn of(hir: &regex_syntax::hir::Hir) -> Option<ByRow> {
+        let properties = hir.properties();
+        (properties.look_set().is_empty() && properties.minimum_len().is_some_and(|n| n > 0)).then(
+            || ByRow {
+                matches_space: can_match_char(hir, ' '),
+                matches_newline: can_match_char(hir, '\n'),
+            },
+        )
+    }
+
+    /// Whether no match can take in either joining byte.
+    fn blind_to_every_join(self) -> bool {
+        !self.matches_space && !self.matches_newline
+    }
+
+    /// Whether no match can take in a byte that joins the fields of a message's text.
+    fn blind_to(self, joins: Joins) -> bool {
+        !((joins.space && self.matches_space) || (joins.newline && self.matches_newline))
+    }
+}
+
+/// Whether some match of `hir` may contain `c` (an ASCII character); `true` when unsure.
+fn can_match_char(hir: &regex_syntax::hir::Hir, c: char) -> bool {
+    use regex_syntax::hir::{Class, HirKind};
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => false,
+        HirKind::Literal(literal) => literal.0.contains(&(c as u8)),
+        HirKind::Class(Class::Unicode(class)) => {
+            class.iter().any(|r| r.start() <= c && c <= r.end())
+        }
+        HirKind::Class(Class::Bytes(class)) => {
+            let b = c as u8;
+            class.iter().any(|r| r.start() <= b && b <= r.end())
+        }
+        HirKind::Repetition(rep) => can_match_char(&rep.sub, c),
+        HirKind::Capture(capture) => can_match_char(&capture.sub, c),
+        HirKind::Concat(subs) | HirKind::Alternation(subs) => {
+            subs.iter().any(|sub| can_match_char(sub, c))
+        }
+    }
 }
 
 impl<'r> RecordTester<'r> {
-    fn new(regex: &'r BytesRegex, snippet_chars: usize) -> Self {
+    fn new(regex: &'r BytesRegex, snippet_chars: usize, by_row: Option<ByRow>) -> Self {
         RecordTester {
             regex,
             cache: regex.create_cache(),
             snippet_chars,
             joined_bytes: Vec::new(),
             joined_text: String::new(),
+            by_row,
+            row: RowSearch::NONE,
         }
     }
 
     /// A tester of the same regex for another thread (caches are per thread).
     fn for_another_thread(&self) -> Self {
-        Self::new(self.regex, self.snippet_chars)
+        Self::new(self.regex, self.snippet_chars, self.by_row)
     }
 
-    fn test(&mut self, id: MessageId, bytes: &[u8], scope: &Scope) -> Result<Tested> {
-        if let Some(record) = ScanRecord::read(bytes) {
+    /// [`Self::test`] for a message met in a walk over whole rows. In a pack, the regex is
+    /// first run over the row's bytes: a match in a message's searchable text that does not
+    /// take in a byte joining two of its fields lies in one field, a part of the record, so it
+    /// is a match in the row ending within the record. Where the regex cannot match the joining
+    /// bytes the message uses, the message can only match if a match in the row ends within
+    /// its record; where the row has none (the usual case of a scan), it is rejected without a
+    /// search of its own. The earliest match end is searched again past each record it falls
+    /// in.
+    ///
+    /// When the scope is everything and the regex can match neither joining byte, every message
+    /// of the row is decided by the row alone: where no match lies in the rest of the row, the
+    /// rest of the row misses without its records being read (a record too damaged to read is
+    /// then a miss rather than an error: it has no text to match).
+    fn test_in_row(&mut self, r: &InRow<'_>, scope: &Scope) -> Result<Tested> {
+        let Some(by_row) = self.by_row.filter(|_| r.row.len() != r.record.len()) else {
+            return self.test(MessageId(r.id), r.record, scope);
+        };
+        if by_row.blind_to_every_join() && scope.is_everything() && self.row_has_no_match_from(r) {
+            return Ok(Tested::RowMisses(r.rest));
+        }
+        let record = ScanRecord::read(r.record);
+        if let Some(record) = &record {
             if !scope.admits_fields(SessionId(record.session), record.role, record.created_at) {
                 return Ok(Tested::OutOfScope);
             }
-            if let Some(text) = record.search_bytes(&mut self.joined_bytes) {
-                let input = regex_automata::Input::new(text).earliest(true);
-                if self
-                    .regex
-                    .search_half_with(&mut self.cache, &input)
-                    .is_none()
-                {
-                    return Ok(Tested::Miss);
-                }
+            if record.joins().is_some_and(|joins| by_row.blind_to(joins)) && !self.row_may_match(r)
+            {
+                return Ok(Tested::Miss);
+            }
+        }
+        self.test_in_scope(MessageId(r.id), r.record, record, scope)
+    }
+
+    /// Whether no match lies in `r`'s row from `r`'s record on.
+    fn row_has_no_match_from(&mut self, r: &InRow<'_>) -> bool {
+        self.earliest_end_in_row(r).is_none()
+    }
+
+    /// The end of the earliest match in `r`'s row at or after where the row search stands (at
+    /// or before `r`'s record), searched once per position.
+    fn earliest_end_in_row(&mut self, r: &InRow<'_>) -> Option<usize> {
+        if self.row.first != r.row_first {
+            self.row = RowSearch {
+                first: r.row_first,
+                from: r.span.start,
+                earliest_end: None,
+            };
+        }
+        if let Some(end) = self.row.earliest_end {
+            return end;
+        }
+        let input = regex_automata::Input::new(r.row)
+            .range(self.row.from..)
+            .earliest(true);
+        let end = self
+            .regex
+            .search_half_with(&mut self.cache, &input)
+            .map(|m| m.offset());
+        self.row.earliest_end = Some(end);
+        end
+    }
+
+    /// Whether a match in `r`'s row may lie within `r`'s record (see [`Self::test_in_row`]).
+    /// Records come in row order, each starting at or after the previous one's end.
+    fn row_may_match(&mut self, r: &InRow<'_>) -> bool {
+        match self.earliest_end_in_row(r) {
+            // No match ends within this record: its text, a part of it, has none.
+            None => false,
+            Some(end) if r.span.end < end => false,
+            Some(_) => {
+                // This record must be tested; later ones are judged by a search past it.
+                self.row.from = r.span.end;
+                self.row.earliest_end = None;
+                true
+            }
+        }
+    }
+
+    fn test(&mut self, id: MessageId, bytes: &[u8], scope: &Scope) -> Result<Tested> {
+        let record = ScanRecord::read(bytes);
+        if let Some(record) = &record
+            && !scope.admits_fields(SessionId(record.session), record.role, record.created_at)
+        {
+            return Ok(Tested::OutOfScope);
+        }
+        self.test_in_scope(id, bytes, record, scope)
+    }
+
+    /// [`Self::test`] once the byte reader has read the record (`None`: it could not) and
+    /// found it in scope.
+    fn test_in_scope(
+        &mut self,
+        id: MessageId,
+        bytes: &[u8],
+        record: Option<ScanRecord<'_>>,
+        scope: &Scope,
+    ) -> Result<Tested> {
+        if let Some(text) = record
+            .as_ref()
+            .and_then(|r| r.search_bytes(&mut self.joined_bytes))
+        {
+            let input = regex_automata::Input::new(text).earliest(true);
+            if self
+                .regex
+                .search_half_with(&mut self.cache, &input)
+                .is_none()
+            {
+                return Ok(Tested::Miss);
             }
         }
         let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
@@ -490,21 +692,33 @@ impl<'r> HitCollector<'r> {
         self.hits.len() >= self.limit
     }
 
+    /// [`Self::offer`] for a message met in a walk over whole rows.
+    fn offer_in_row(&mut self, r: &InRow<'_>, scope: &Scope) -> Result<Step> {
+        let tested = self.tester.test_in_row(r, scope)?;
+        let step = tested.step();
+        Ok(match self.take(tested) {
+            ControlFlow::Break(()) => Step::Stop,
+            ControlFlow::Continue(()) => step,
+        })
+    }
+
     /// Tests the stored message `id` if it is in scope; says whether to go on (`Break` once
     /// full).
     fn offer(&mut self, id: MessageId, bytes: &[u8], scope: &Scope) -> Result<ControlFlow<()>> {
-        if let Some(hit) = self
-            .tester
-            .test(id, bytes, scope)?
-            .tally(&mut self.examined)
-        {
+        let tested = self.tester.test(id, bytes, scope)?;
+        Ok(self.take(tested))
+    }
+
+    /// Counts a tested message and keeps its hit; `Break` once full.
+    fn take(&mut self, tested: Tested) -> ControlFlow<()> {
+        if let Some(hit) = tested.tally(&mut self.examined) {
             self.push(hit);
         }
-        Ok(if self.full() {
+        if self.full() {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
-        })
+        }
     }
 
     fn push(&mut self, hit: GrepHit) {
@@ -875,6 +1089,36 @@ fn request_fingerprint(request: &GrepRequest) -> u64 {
 mod tests {
     use super::*;
 
+    /// Which patterns a scan may search for in whole pack rows, and which joining bytes they
+    /// can match.
+    #[test]
+    fn patterns_searchable_by_row() {
+        let by_row = |pattern: &str| {
+            ByRow::of(&regex_syntax::Parser::new().parse(pattern).unwrap())
+                .map(|b| (b.matches_space, b.matches_newline))
+        };
+        assert_eq!(by_row(r"[A-Z]{3}_\d{5}"), Some((false, false)));
+        assert_eq!(by_row("a.b"), Some((true, false)));
+        assert_eq!(by_row("(?s)a.b"), Some((true, true)));
+        assert_eq!(by_row(r"a\sb"), Some((true, true)));
+        assert_eq!(by_row("[^x]+"), Some((true, true)));
+        assert_eq!(by_row("(?i)timeout module"), Some((true, false)));
+        assert_eq!(by_row("foo|bar\nbaz"), Some((false, true)));
+        // Look-arounds depend on the bytes around a match; an empty match is in every text.
+        assert_eq!(by_row(r"\bfoo"), None);
+        assert_eq!(by_row("^foo"), None);
+        assert_eq!(by_row("(?m)foo$"), None);
+        assert_eq!(by_row("x*"), None);
+        let joins = |space, newline| Joins { space, newline };
+        let blind = ByRow {
+            matches_space: true,
+            matches_newline: false,
+        };
+        assert!(blind.blind_to(joins(false, true)));
+        assert!(!blind.blind_to(joins(true, false)));
+        assert!(blind.blind_to(joins(false, false)));
+    }
+
     #[test]
     fn snippets_are_bounded_and_centred() {
         let text = format!("{}NEEDLE{}", "a".repeat(500), "b".repeat(500));
@@ -1095,6 +1339,33 @@ mod tests {
                 }
             }
             assert_eq!(found, expected, "pages of {limit}");
+        }
+        // Every message in scope is examined once, whether its pack row was judged as a whole
+        // (a pattern that matches no joining byte, over everything) or message by message.
+        let assistant = Scope {
+            roles: vec![lcm_core::message::Role::Assistant],
+            ..Scope::default()
+        };
+        let since = Scope {
+            since: Some(lcm_core::time::Timestamp(0)),
+            ..Scope::default()
+        };
+        for (pattern, scope, examined) in [
+            ("no such thing", Scope::default(), n),
+            (r"nothing\s+there", Scope::default(), n),
+            ("Q_0", assistant, 0),
+            ("no such thing", since, n),
+        ] {
+            let request = GrepRequest {
+                pattern: pattern.into(),
+                mode: GrepMode::Regex,
+                scope,
+                limit: Some(10),
+                cursor: None,
+            };
+            let page = grep(&store, &index, &config, &request).unwrap();
+            assert!(page.hits.is_empty(), "{pattern}");
+            assert_eq!(page.messages_examined, examined, "{pattern}");
         }
     }
 

@@ -43,6 +43,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::ops::ControlFlow;
 
 use lcm_core::ids::{MessageId, SessionId, SummaryId};
 use lcm_core::summary::{ContextState, SummaryKind};
@@ -54,6 +55,7 @@ use crate::codec;
 use crate::dag::SummaryRecord;
 use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
+use crate::message_rows::{self, StoredRecord};
 use crate::session_runs;
 use crate::store::{SessionRecord, Store};
 use crate::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
@@ -648,7 +650,7 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
     let mut f = Findings::default();
     let counts = Counts {
         sessions: t.sessions.len()?,
-        messages: t.messages.len()?,
+        messages: count_messages(&t, &mut f)?,
         originals: t.originals.len()?,
         summaries: t.summaries.len()?,
         source_edges: t.summary_sources.len()?,
@@ -658,24 +660,25 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
     };
 
     let next_message = meta_value(&t.meta, meta::NEXT_MESSAGE)?;
+    let last_message = message_rows::last_id(&t.messages)?;
     check_counter(
         &mut f,
         &t.meta,
-        &t.messages,
+        last_message,
         Counter::NextMessage,
         "message",
     )?;
     check_counter(
         &mut f,
         &t.meta,
-        &t.sessions,
+        last_key(&t.sessions)?,
         Counter::NextSession,
         "session",
     )?;
     check_counter(
         &mut f,
         &t.meta,
-        &t.summaries,
+        last_key(&t.summaries)?,
         Counter::NextSummary,
         "summary",
     )?;
@@ -691,7 +694,7 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
 
     // Message ids run 0..next_message without a gap (the usual case: nothing to scan).
     let dense = counts.messages == next_message
-        && last_key(&t.messages)?.is_none_or(|last| last.checked_add(1) == Some(next_message));
+        && last_message.is_none_or(|last| last.checked_add(1) == Some(next_message));
     reconcile(&t, &mut f, &counts, next_message, dense)?;
 
     let mut counts = counts;
@@ -742,7 +745,7 @@ fn message_end(
     messages: &ReadOnlyTable<u64, &'static [u8]>,
 ) -> Result<u64> {
     let next = meta_value(meta_table, meta::NEXT_MESSAGE)?;
-    let past_last = last_key(messages)?.map_or(0, |l| l.saturating_add(1));
+    let past_last = message_rows::last_id(messages)?.map_or(0, |l| l.saturating_add(1));
     Ok(next.max(past_last))
 }
 
@@ -750,15 +753,16 @@ fn last_key<V: redb::Value + 'static>(table: &ReadOnlyTable<u64, V>) -> Result<O
     Ok(table.last()?.map(|(k, _)| k.value()))
 }
 
-fn check_counter<V: redb::Value + 'static>(
+/// Reports `counter` if it is not past `last`, the newest stored id it counts.
+fn check_counter(
     f: &mut Findings,
     meta_table: &ReadOnlyTable<&'static str, u64>,
-    table: &ReadOnlyTable<u64, V>,
+    last: Option<u64>,
     counter: Counter,
     what: &str,
 ) -> Result<()> {
     let next = meta_value(meta_table, counter.meta_key())?;
-    if let Some(last) = last_key(table)?
+    if let Some(last) = last
         && last >= next
     {
         f.push(
@@ -904,7 +908,7 @@ fn session_messages(
             .entries()
             .skip(usize::try_from(skip).unwrap_or(usize::MAX))
         {
-            let Some(bytes) = t.messages.get(id)? else {
+            let Some(stored) = message_bytes(&t.messages, id)? else {
                 entries_ok = false;
                 if f.reported_messages.insert(id) {
                     f.push(
@@ -918,9 +922,7 @@ fn session_messages(
                 }
                 continue;
             };
-            let decoded =
-                codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value());
-            let view = match decoded {
+            let view = match decode_view(&stored) {
                 Ok(view) => view,
                 Err(e) => {
                     entries_ok = false;
@@ -1277,6 +1279,104 @@ fn link_summaries(
     Ok(())
 }
 
+/// Message `id` in the pass over every stored message (when the session walk did not account
+/// for all of them): reports it if it cannot be decoded or is unreachable from its session.
+fn check_stray_message(t: &Tables, f: &mut Findings, id: u64) -> Result<()> {
+    if f.reported_messages.contains(&id) {
+        return Ok(());
+    }
+    let Some(stored) = message_bytes(&t.messages, id)? else {
+        return Ok(());
+    };
+    let view = match decode_view(&stored) {
+        Ok(v) => v,
+        Err(e) => {
+            f.reported_messages.insert(id);
+            f.decode(Err::<(), _>(e), MessageId(id))?;
+            return Ok(());
+        }
+    };
+    let entry = session_runs::run_at(&t.session_runs, view.session, view.seq)?
+        .map(|run| run.id_of(view.seq));
+    if entry == Some(id) && t.sessions.get(view.session)?.is_some() {
+        return Ok(());
+    }
+    let detail = if t.sessions.get(view.session)?.is_none() {
+        format!("it belongs to ses_{}, which does not exist", view.session)
+    } else {
+        match entry {
+            Some(other) => format!(
+                "it is message #{} of ses_{}, but that place holds msg_{other}",
+                view.seq, view.session
+            ),
+            None => format!(
+                "it is message #{} of ses_{}, but the session's message list has no entry there",
+                view.seq, view.session
+            ),
+        }
+    };
+    f.push(
+        ViolationKind::OrphanMessage,
+        MessageId(id),
+        format!("{detail}: it is stored but unreachable from its session; {RESTORE}"),
+        None,
+    );
+    Ok(())
+}
+
+/// The number of stored messages, row by row. A row whose layout is damaged (a pack whose
+/// records do not fill it exactly) is reported under its first id and counted as one.
+fn count_messages(t: &Tables, f: &mut Findings) -> Result<u64> {
+    let mut n = 0u64;
+    let mut damaged = Vec::new();
+    message_rows::rows(&t.messages, |first, row| {
+        match row.and_then(|row| row.validate().map(|()| row.len())) {
+            Ok(len) => n += len,
+            Err(e) => {
+                n += 1;
+                damaged.push((first, e));
+            }
+        }
+        Ok(())
+    })?;
+    for (first, e) in damaged {
+        if f.reported_messages.insert(first) {
+            f.decode(Err::<(), _>(e), MessageId(first))?;
+        }
+    }
+    Ok(n)
+}
+
+/// Message `id`'s record as the checks read it: `None` if it is not stored; the inner error
+/// (the detail of a damaged pack row) is reported like a record that cannot be decoded.
+fn message_bytes<'t>(
+    messages: &'t ReadOnlyTable<u64, &'static [u8]>,
+    id: u64,
+) -> Result<Option<std::result::Result<StoredRecord<'t>, String>>> {
+    match message_rows::get(messages, id) {
+        Ok(found) => Ok(found.map(Ok)),
+        Err(StoreError::Corrupt { detail, .. }) => Ok(Some(Err(detail))),
+        Err(e) => Err(e),
+    }
+}
+
+/// The view of a record found by [`message_bytes`].
+fn decode_view<'a>(
+    stored: &'a std::result::Result<StoredRecord<'_>, String>,
+) -> Result<MessageRecordView<'a>> {
+    match stored {
+        Ok(record) => codec::decode_borrowed("messages", record.bytes()),
+        Err(detail) => Err(corrupt_message(detail.clone())),
+    }
+}
+
+fn corrupt_message(detail: String) -> StoreError {
+    StoreError::Corrupt {
+        table: "messages",
+        detail,
+    }
+}
+
 fn report_missing_message_source(
     t: &Tables,
     f: &mut Findings,
@@ -1285,7 +1385,7 @@ fn report_missing_message_source(
     n: u64,
 ) -> Result<()> {
     let sum_id = SummaryId(summary);
-    let Some(bytes) = t.messages.get(n)? else {
+    let Some(stored) = message_bytes(&t.messages, n)? else {
         f.push(
             ViolationKind::MissingSource,
             sum_id,
@@ -1294,9 +1394,7 @@ fn report_missing_message_source(
         );
         return Ok(());
     };
-    let other = codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value())
-        .ok()
-        .map(|v| v.session);
+    let other = decode_view(&stored).ok().map(|v| v.session);
     match other {
         Some(other) if other != session => f.push(
             ViolationKind::ForeignSource,
@@ -1637,51 +1735,32 @@ fn reconcile(
     // Messages: ids 0..next_message, each reached through its own (session, seq) entry.
     if !dense || f.matched_messages != counts.messages {
         let mut expected = 0u64;
-        for entry in t.messages.iter()? {
-            let (key, bytes) = entry?;
-            let id = key.value();
-            if id > expected {
-                report_missing_range(f, expected, id);
+        let mut rows = Vec::new();
+        message_rows::rows(&t.messages, |first, row| {
+            // A pack whose records are damaged is still walked message by message (its
+            // layout was reported when counting); one whose header is unreadable is not.
+            rows.push((first, row.map(|row| row.len()).map_err(|e| e.to_string())));
+            Ok(())
+        })?;
+        for (first, layout) in rows {
+            if first > expected {
+                report_missing_range(f, expected, first);
             }
-            expected = id.saturating_add(1);
-            if f.reported_messages.contains(&id) {
-                continue;
-            }
-            let decoded =
-                codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value());
-            let view = match decoded {
-                Ok(v) => v,
-                Err(e) => {
-                    f.reported_messages.insert(id);
-                    f.decode(Err::<(), _>(e), MessageId(id))?;
+            let len = match layout {
+                Ok(len) => len,
+                Err(detail) => {
+                    // The row's messages cannot be told apart: reported under its first id.
+                    expected = first.saturating_add(1);
+                    if f.reported_messages.insert(first) {
+                        f.decode(Err::<(), _>(corrupt_message(detail)), MessageId(first))?;
+                    }
                     continue;
                 }
             };
-            let entry = session_runs::run_at(&t.session_runs, view.session, view.seq)?
-                .map(|run| run.id_of(view.seq));
-            if entry == Some(id) && t.sessions.get(view.session)?.is_some() {
-                continue;
+            expected = first.saturating_add(len);
+            for id in first..first.saturating_add(len) {
+                check_stray_message(t, f, id)?;
             }
-            let detail = if t.sessions.get(view.session)?.is_none() {
-                format!("it belongs to ses_{}, which does not exist", view.session)
-            } else {
-                match entry {
-                    Some(other) => format!(
-                        "it is message #{} of ses_{}, but that place holds msg_{other}",
-                        view.seq, view.session
-                    ),
-                    None => format!(
-                        "it is message #{} of ses_{}, but the session's message list has no entry there",
-                        view.seq, view.session
-                    ),
-                }
-            };
-            f.push(
-                ViolationKind::OrphanMessage,
-                MessageId(id),
-                format!("{detail}: it is stored but unreachable from its session; {RESTORE}"),
-                None,
-            );
         }
         if next_message > expected {
             report_missing_range(f, expected, next_message);
@@ -1693,7 +1772,7 @@ fn reconcile(
         for entry in t.originals.iter()? {
             let (key, _) = entry?;
             let id = key.value();
-            if t.messages.get(id)?.is_none() && !f.reported_messages.contains(&id) {
+            if message_bytes(&t.messages, id)?.is_none() && !f.reported_messages.contains(&id) {
                 f.push(
                     ViolationKind::OriginalMismatch,
                     MessageId(id),
@@ -1713,11 +1792,10 @@ fn reconcile(
             if f.reported_source_keys.contains(&(s, source_key.to_owned())) {
                 continue;
             }
-            let problem = match t.messages.get(id)? {
+            let problem = match message_bytes(&t.messages, id)? {
                 None => Some("which does not exist".to_owned()),
-                Some(bytes) => {
-                    match codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value())
-                    {
+                Some(stored) => {
+                    match decode_view(&stored) {
                         Ok(v) if v.session == s && v.source_key == Some(source_key) => None,
                         Ok(v) => Some(format!(
                             "a message of ses_{} with {}",
@@ -1882,7 +1960,9 @@ fn reconcile(
             let (key, value) = entry?;
             let (kind, n) = key.value();
             let exists = match kind {
-                NODE_MESSAGE => t.messages.get(n)?.is_some() || f.reported_messages.contains(&n),
+                NODE_MESSAGE => {
+                    message_bytes(&t.messages, n)?.is_some() || f.reported_messages.contains(&n)
+                }
                 NODE_SUMMARY => t.summaries.get(n)?.is_some() || f.reported_summaries.contains(&n),
                 _ => false,
             };
@@ -2000,10 +2080,11 @@ fn check_index(store: &Store, index: &SearchIndex, dense: bool, f: &mut Findings
         let txn = store.db.begin_read()?;
         let messages = txn.open_table(tables::MESSAGES)?;
         let mut n = 0u64;
-        for entry in messages.range(0..watermark.0)? {
-            entry?;
+        // Counts every message below the watermark (nothing breaks the walk).
+        let _all = message_rows::for_each(&messages, 0..watermark.0, |_, _| {
             n += 1;
-        }
+            Ok(ControlFlow::Continue(()))
+        })?;
         n
     };
     if docs != below {
@@ -2105,15 +2186,22 @@ fn finish(txn: WriteTransaction, result: std::result::Result<String, String>) ->
     Ok(result)
 }
 
+/// The largest key of a table keyed by id, in a write transaction.
+fn last_written_key(
+    txn: &WriteTransaction,
+    table: redb::TableDefinition<u64, &'static [u8]>,
+) -> Result<Option<u64>> {
+    Ok(txn.open_table(table)?.last()?.map(|(k, _)| k.value()))
+}
+
 fn raise_counter(store: &Store, counter: Counter) -> Step {
     let txn = store.db.begin_write()?;
     let result = {
-        let table = match counter {
-            Counter::NextMessage => tables::MESSAGES,
-            Counter::NextSession => tables::SESSIONS,
-            Counter::NextSummary => tables::SUMMARIES,
+        let last = match counter {
+            Counter::NextMessage => message_rows::last_id(&txn.open_table(tables::MESSAGES)?)?,
+            Counter::NextSession => last_written_key(&txn, tables::SESSIONS)?,
+            Counter::NextSummary => last_written_key(&txn, tables::SUMMARIES)?,
         };
-        let last = txn.open_table(table)?.last()?.map(|(k, _)| k.value());
         let mut meta_table = txn.open_table(tables::META)?;
         let current = meta_table.get(counter.meta_key())?.map_or(0, |v| v.value());
         match last {
@@ -2151,11 +2239,14 @@ fn recompute_session_totals(store: &Store, session: SessionId) -> Step {
         let (mut count, mut tokens, mut first, mut last) = (0u64, 0u64, None, None);
         for run in session_runs::runs(&index, session.0)? {
             for (seq, id) in run?.entries() {
-                let view = messages.get(id)?.and_then(|bytes| {
-                    codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value())
-                        .ok()
-                        .map(|v| (v.session, v.seq, v.created_at, v.token_count))
-                });
+                let view = message_rows::get(&messages, id)
+                    .ok()
+                    .flatten()
+                    .and_then(|stored| {
+                        codec::decode_borrowed::<MessageRecordView<'_>>("messages", stored.bytes())
+                            .ok()
+                            .map(|v| (v.session, v.seq, v.created_at, v.token_count))
+                    });
                 match view {
                     Some((s, q, at, t)) if s == session.0 && q == seq && seq == count => {
                         count += 1;
@@ -2222,11 +2313,17 @@ fn recompute_summary_fields(store: &Store, summary: SummaryId) -> Step {
             }
             let part = match (record.kind, kind) {
                 (SummaryKind::Leaf, NODE_MESSAGE) => {
-                    let view = messages.get(n)?.and_then(|bytes| {
-                        codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes.value())
+                    let view = message_rows::get(&messages, n)
+                        .ok()
+                        .flatten()
+                        .and_then(|stored| {
+                            codec::decode_borrowed::<MessageRecordView<'_>>(
+                                "messages",
+                                stored.bytes(),
+                            )
                             .ok()
                             .map(|v| (v.session, v.seq, v.created_at, v.token_count))
-                    });
+                        });
                     match view {
                         Some((s, seq, at, tokens)) if s == record.session => {
                             Derived::message(seq, at, tokens)

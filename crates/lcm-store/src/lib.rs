@@ -28,6 +28,7 @@ pub mod import;
 pub mod index;
 pub mod integrity;
 pub mod map_jobs;
+mod message_rows;
 mod pipeline;
 mod session_runs;
 pub mod store;

@@ -24,6 +24,7 @@ use crate::coalesced_file::CoalescedFile;
 use crate::codec;
 use crate::db::Db;
 use crate::error::{Result, StoreError};
+use crate::message_rows::{self, PackWriter};
 use crate::pipeline::OrderedPipeline;
 use crate::session_runs::{self, RunWriter};
 use crate::tables::{self, meta};
@@ -235,6 +236,8 @@ impl Store {
         let db = Db::ReadOnly(db);
         match Self::layout(&db)? {
             Layout::Current => {}
+            // Schema 2 lacks only packed rows, which this build reads alongside plain ones.
+            Layout::Older(found) if found >= READABLE_AS_IS => {}
             Layout::Older(found) => {
                 return Err(StoreError::OlderSchema {
                     path: path.display().to_string(),
@@ -307,7 +310,9 @@ impl Store {
         let txn = db.begin_write()?;
         {
             let mut meta_table = txn.open_table(tables::META)?;
-            if let Layout::Older(found) = layout {
+            if let Layout::Older(found) = layout
+                && found < READABLE_AS_IS
+            {
                 let migrated = session_runs::migrate_from_v1(&txn)?;
                 tracing::info!(
                     from = found,
@@ -684,10 +689,10 @@ impl StoreReader {
     /// One message by id, `None` if absent.
     pub fn try_message(&self, id: MessageId) -> Result<Option<Message>> {
         let table = self.txn.open_table(tables::MESSAGES)?;
-        let Some(bytes) = table.get(id.0)? else {
+        let Some(stored) = message_rows::get(&table, id.0)? else {
             return Ok(None);
         };
-        let record: MessageRecord = codec::decode("messages", bytes.value())?;
+        let record: MessageRecord = codec::decode("messages", stored.bytes())?;
         Ok(Some(record.into_message(id.0)))
     }
 
@@ -695,8 +700,8 @@ impl StoreReader {
     /// given without one, its rendering in lcm's own JSONL format.
     pub fn original(&self, id: MessageId) -> Result<Original> {
         let table = self.txn.open_table(tables::MESSAGES)?;
-        let bytes = table.get(id.0)?.ok_or(StoreError::MessageNotFound(id))?;
-        let record: MessageRecord = codec::decode("messages", bytes.value())?;
+        let stored = message_rows::get(&table, id.0)?.ok_or(StoreError::MessageNotFound(id))?;
+        let record: MessageRecord = codec::decode("messages", stored.bytes())?;
         if !record.has_original {
             let session = self.session(SessionId(record.session))?;
             let message = NewMessage {
@@ -767,18 +772,20 @@ impl StoreReader {
     }
 
     /// The stored bytes of the messages `ids` that exist, in the order given (grep reads them
-    /// through [`crate::view`]); the bytes live as long as one call of `visit`.
+    /// through [`crate::view`]); the bytes live as long as one call of `visit`. Ascending ids
+    /// read each row once.
     pub(crate) fn records_of(
         &self,
         ids: impl IntoIterator<Item = MessageId>,
         mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
         let records = self.txn.open_table(tables::MESSAGES)?;
+        let mut cursor = message_rows::RecordCursor::new(&records);
         for id in ids {
-            let Some(bytes) = records.get(id.0)? else {
+            let Some(bytes) = cursor.get(id.0)? else {
                 continue;
             };
-            if visit(id, bytes.value())?.is_break() {
+            if visit(id, bytes)?.is_break() {
                 break;
             }
         }
@@ -793,13 +800,23 @@ impl StoreReader {
         mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
         let records = self.txn.open_table(tables::MESSAGES)?;
-        for entry in records.range(ids.start.0..ids.end.0)? {
-            let (id, bytes) = entry?;
-            if visit(MessageId(id.value()), bytes.value())?.is_break() {
-                break;
-            }
-        }
-        Ok(())
+        // A break from `visit` only ends the walk.
+        message_rows::for_each(&records, ids.start.0..ids.end.0, |id, bytes| {
+            visit(MessageId(id), bytes)
+        })
+        .map(|_flow| ())
+    }
+
+    /// [`Self::range_records`], with each record's row (a scan tests whole packs at once); the
+    /// visitor may skip the rest of a row.
+    pub(crate) fn range_records_in_rows(
+        &self,
+        ids: Range<MessageId>,
+        visit: impl FnMut(message_rows::InRow<'_>) -> Result<message_rows::Step>,
+    ) -> Result<()> {
+        let records = self.txn.open_table(tables::MESSAGES)?;
+        // A break from `visit` only ends the walk.
+        message_rows::for_each_in_rows(&records, ids.start.0..ids.end.0, visit).map(|_flow| ())
     }
 
     /// The ids of the messages of `session`, as ascending, disjoint ranges (one per run of
@@ -844,16 +861,17 @@ impl StoreReader {
                 continue;
             }
             let mut expected = from;
-            for entry in records.range(from..to)? {
-                let (id, bytes) = entry?;
-                let id = id.value();
+            let mut gap = false;
+            let flow = message_rows::for_each(&records, from..to, |id, bytes| {
                 if id != expected {
-                    break;
+                    gap = true;
+                    return Ok(ControlFlow::Break(()));
                 }
                 expected += 1;
-                if visit(MessageId(id), bytes.value())?.is_break() {
-                    return Ok(());
-                }
+                visit(MessageId(id), bytes)
+            })?;
+            if flow.is_break() && !gap {
+                return Ok(());
             }
             if expected < to {
                 return Err(StoreError::Corrupt {
@@ -976,8 +994,10 @@ struct AppendTables<'t> {
     next_id: u64,
     touched: HashMap<u64, SessionRecord>,
     results: Vec<Appended>,
-    /// The record being written (reused: one allocation per append).
+    /// The head of the record being written (reused: one allocation per append).
     record: Vec<u8>,
+    /// The records written so far, gathered into rows.
+    packs: PackWriter,
 }
 
 impl<'t> AppendTables<'t> {
@@ -995,7 +1015,8 @@ impl<'t> AppendTables<'t> {
             next_id,
             touched: HashMap::new(),
             results: Vec::with_capacity(expected),
-            record: Vec::with_capacity(1024),
+            record: Vec::with_capacity(64),
+            packs: PackWriter::default(),
         })
     }
 
@@ -1031,8 +1052,8 @@ impl<'t> AppendTables<'t> {
         // The record: its head (session, sequence number), then the tail encoded by
         // `prepare_message`, in one buffer reused for every message of the append.
         codec::encode_head(&(p.session, seq), &mut self.record);
-        self.record.extend_from_slice(&p.record_tail);
-        self.records.insert(id, self.record.as_slice())?;
+        self.packs
+            .push(&mut self.records, id, &self.record, &p.record_tail)?;
         if let Some(original) = &p.original {
             self.originals.insert(id, original.as_slice())?;
         }
@@ -1050,6 +1071,7 @@ impl<'t> AppendTables<'t> {
     /// Writes the sessions' new counters, their message runs and the next message id; the
     /// results in order.
     fn finish(mut self) -> Result<Vec<Appended>> {
+        self.packs.flush(&mut self.records)?;
         self.runs.finish(&mut self.session_runs)?;
         for (id, record) in &self.touched {
             self.sessions
@@ -1059,6 +1081,11 @@ impl<'t> AppendTables<'t> {
         Ok(self.results)
     }
 }
+
+/// The oldest schema this build reads without migrating it: schema 3 only added pack rows
+/// to `messages` (see `message_rows.rs`), so a schema-2 store reads as it is, and its first
+/// writable open records schema 3 (after which older builds refuse it).
+const READABLE_AS_IS: u64 = 2;
 
 /// What a store file holds, as [`Store::layout`] finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1247,6 +1274,137 @@ mod tests {
         assert_eq!(version, Some(tables::STORE_SCHEMA + 1), "left as it was");
     }
 
+    /// A schema-2 store (plain rows only) is read as it is, read-only too; its first writable
+    /// open records schema 3 and batched appends then add packs beside the plain rows.
+    #[test]
+    fn a_schema_2_store_reads_as_it_is_and_takes_packs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lcm.redb");
+        let session = {
+            let store = Store::open(&path, options()).unwrap();
+            let session = store.create_session("s", None).unwrap();
+            for k in 0..5 {
+                store.append(session, varied_message(k)).unwrap();
+            }
+            session
+        };
+        let set_version = |version: u64| {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(tables::META)
+                .unwrap()
+                .insert(meta::SCHEMA_VERSION, version)
+                .unwrap();
+            txn.commit().unwrap();
+        };
+        let version = || {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_read().unwrap();
+            let meta_table = txn.open_table(tables::META).unwrap();
+            meta_table
+                .get(meta::SCHEMA_VERSION)
+                .unwrap()
+                .map(|v| v.value())
+        };
+        set_version(2);
+        {
+            let store = Store::open_read_only(&path, options()).unwrap();
+            let read = store.session_messages(session, 0..u64::MAX).unwrap();
+            assert_eq!(read.len(), 5);
+            assert_eq!(read[3].parts, varied_message(3).parts);
+        }
+        assert_eq!(version(), Some(2), "a read-only open writes nothing");
+        let store = Store::open(&path, options()).unwrap();
+        drop(store);
+        assert_eq!(version(), Some(tables::STORE_SCHEMA));
+        let store = Store::open(&path, options()).unwrap();
+        let batch: Vec<NewMessage> = (5..300).map(varied_message).collect();
+        store.append_batch(session, batch).unwrap();
+        let read = store.session_messages(session, 0..u64::MAX).unwrap();
+        assert_eq!(read.len(), 300);
+        for (k, m) in read.iter().enumerate() {
+            assert_eq!(m.parts, varied_message(k).parts, "message {k}");
+            assert_eq!(m.seq, k as u64);
+        }
+        assert!(crate::integrity::check(&store, None).unwrap().is_clean());
+    }
+
+    /// A batch is stored in packs; every read path gives each message back as appended: by id,
+    /// by id range from any start, by session and sequence range, point reads in order, the
+    /// original.
+    #[test]
+    fn messages_in_packs_read_back_through_every_path() {
+        let store = Store::open_in_memory(options()).unwrap();
+        let a = store.create_session("a", None).unwrap();
+        let b = store.create_session("b", None).unwrap();
+        let single = store.append(a, varied_message(0)).unwrap().id;
+        // Interleaved sessions in one batch, some messages large enough to close packs early.
+        let batch: Vec<(SessionId, NewMessage)> = (1..400)
+            .map(|k| {
+                let mut m = varied_message(k);
+                if k % 37 == 0 {
+                    m.parts.push(Part::Text {
+                        text: "x".repeat(9_000),
+                    });
+                }
+                (if k % 3 == 0 { b } else { a }, m)
+            })
+            .collect();
+        let expected: Vec<(SessionId, NewMessage)> = batch.clone();
+        let appended = store.append_mixed(batch).unwrap();
+        let rows = {
+            let txn = store.db.begin_read().unwrap();
+            txn.open_table(tables::MESSAGES).unwrap().len().unwrap()
+        };
+        assert!(rows < 60, "399 messages in packs, {rows} rows");
+
+        let reader = store.reader().unwrap();
+        for ((session, m), got) in expected.iter().zip(&appended) {
+            let read = reader.message(got.id).unwrap();
+            assert_eq!((read.session, &read.parts), (*session, &m.parts));
+            assert_eq!(
+                reader.original(got.id).unwrap().bytes,
+                store.original(got.id).unwrap().bytes
+            );
+        }
+        assert_eq!(
+            reader.message(single).unwrap().parts,
+            varied_message(0).parts
+        );
+        assert!(matches!(
+            reader.message(MessageId(400)),
+            Err(StoreError::MessageNotFound(_))
+        ));
+        for start in [0u64, 1, 2, 63, 64, 65, 200, 399, 400] {
+            let mut ids = Vec::new();
+            reader
+                .for_each_message(MessageId(start)..MessageId(start + 70), |m| {
+                    ids.push(m.id.0);
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+            let want: Vec<u64> = (start..(start + 70).min(400)).collect();
+            assert_eq!(ids, want, "from {start}");
+        }
+        let b_all = reader.session_messages(b, 0..u64::MAX).unwrap();
+        assert_eq!(b_all.len(), 133);
+        let b_mid = reader.session_messages(b, 40..50).unwrap();
+        assert_eq!(b_mid, b_all[40..50].to_vec());
+        let mut points = Vec::new();
+        reader
+            .records_of((0..400).step_by(7).map(MessageId), |id, bytes| {
+                let m: MessageRecord = codec::decode("messages", bytes)?;
+                points.push((id.0, m.seq));
+                Ok(ControlFlow::Continue(()))
+            })
+            .unwrap();
+        assert_eq!(points.len(), 58);
+        for (id, seq) in points {
+            assert_eq!(reader.message(MessageId(id)).unwrap().seq, seq);
+        }
+        assert!(crate::integrity::check(&store, None).unwrap().is_clean());
+    }
+
     /// Each session's messages, read through its message list.
     fn sessions_read(store: &Store) -> Vec<(SessionId, Vec<Message>)> {
         store
@@ -1284,7 +1442,7 @@ mod tests {
                 err,
                 StoreError::OlderSchema {
                     found: 1,
-                    current: 2,
+                    current: tables::STORE_SCHEMA,
                     ..
                 }
             ),

@@ -8,7 +8,7 @@
 //! | `meta` | name | u64 | counters (`next_message`, `next_session`, ...), `schema_version` ([`STORE_SCHEMA`]), `index_watermark` |
 //! | `sessions` | session | `SessionRecord` | on create; counters on every append |
 //! | `session_keys` | host key | session | on create |
-//! | `messages` | message | `MessageRecord` (everything but the original) | once, never changed |
+//! | `messages` | first message of the row | one `MessageRecord` (everything but the original), or a pack of the records of consecutive messages (see `message_rows.rs`) | once, never changed |
 //! | `originals` | message | raw bytes of the original payload, when the host gave one | once, never changed |
 //! | `session_runs` | (session, first seq) | (first message, length): messages `first seq..+length` of the session are ids `first message..+length` | a run is extended while an append's ids continue it, else a new one starts (see `session_runs.rs`) |
 //! | `source_keys` | (session, source key) | message | once (idempotent import) |
@@ -34,8 +34,10 @@
 //!
 //! Schema versions of the store (the `schema_version` meta key; each record also starts with the
 //! version of its own encoding, [`crate::codec::SCHEMA_VERSION`]): 1 kept each session's list as
-//! `session_messages`, one (session, seq) -> message row per message; 2 keeps it as runs. A
-//! writable open migrates a schema-1 store in one transaction.
+//! `session_messages`, one (session, seq) -> message row per message; 2 keeps it as runs; 3
+//! writes a batch's messages as packs (several records in one `messages` row). A writable open
+//! migrates a schema-1 store in one transaction; a schema-2 store is read as it is (it has only
+//! plain rows) and a writable open records schema 3.
 
 use redb::TableDefinition;
 
@@ -68,9 +70,9 @@ pub const MAP_PENDING: TableDefinition<(u64, u64), ()> = TableDefinition::new("m
 /// (job, item index) -> lease expiry (ms since the epoch) of every running item.
 pub const MAP_RUNNING: TableDefinition<(u64, u64), i64> = TableDefinition::new("map_running");
 
-/// The layout version this build writes (the `schema_version` meta key): 2, session lists as
-/// runs.
-pub const STORE_SCHEMA: u64 = 2;
+/// The layout version this build writes (the `schema_version` meta key): 3, session lists as
+/// runs and messages in packs.
+pub const STORE_SCHEMA: u64 = 3;
 
 /// Node kind byte in keys: messages 0, summaries 1.
 pub const NODE_MESSAGE: u8 = 0;

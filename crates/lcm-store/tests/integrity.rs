@@ -193,6 +193,39 @@ fn raw_write(path: &Path, corrupt: impl FnOnce(&WriteTransaction)) {
     txn.commit().unwrap();
 }
 
+/// Rewrites every pack row of `messages` as plain rows, one record per message (both layouts
+/// are valid), so that a case can damage one message's row alone. A pack is `0xFE`, a count
+/// (u16 LE), the end of each record (u32 LE each, from the start of the records), the records.
+fn unpack_messages(txn: &WriteTransaction) {
+    let mut table = txn.open_table(tables::MESSAGES).unwrap();
+    let rows: Vec<(u64, Vec<u8>)> = table
+        .iter()
+        .unwrap()
+        .map(|e| {
+            let (k, v) = e.unwrap();
+            (k.value(), v.value().to_vec())
+        })
+        .collect();
+    let mut packs = 0;
+    for (first, row) in rows {
+        if row[0] != 0xFE {
+            continue;
+        }
+        packs += 1;
+        let n = usize::from(u16::from_le_bytes([row[1], row[2]]));
+        let records = 3 + 4 * n;
+        let mut start = 0;
+        for i in 0..n {
+            let end = u32::from_le_bytes(row[3 + 4 * i..7 + 4 * i].try_into().unwrap()) as usize;
+            table
+                .insert(first + i as u64, &row[records + start..records + end])
+                .unwrap();
+            start = end;
+        }
+    }
+    assert!(packs > 0, "the fixture's batch is written as a pack");
+}
+
 fn edit_session(txn: &WriteTransaction, id: SessionId, edit: impl FnOnce(&mut SessionRec)) {
     let mut table = txn.open_table(tables::SESSIONS).unwrap();
     let mut rec: SessionRec = {
@@ -451,12 +484,35 @@ fn healthy_store_checks_clean_with_and_without_the_index() {
 fn undecodable_message_record() {
     run_case(
         |txn, fx| {
+            unpack_messages(txn);
             txn.open_table(tables::MESSAGES)
                 .unwrap()
                 .insert(fx.b[5].0, [1u8, 0xff].as_slice())
                 .unwrap();
         },
         |fx| vec![v(ViolationKind::UndecodableRecord, fx.b[5], false)],
+    );
+}
+
+#[test]
+fn damaged_pack_row() {
+    run_case(
+        |txn, _| {
+            // The batch's pack loses its last byte: its last record no longer fits.
+            let mut table = txn.open_table(tables::MESSAGES).unwrap();
+            let mut row = table.get(0).unwrap().unwrap().value().to_vec();
+            assert_eq!(row[0], 0xFE, "a pack");
+            row.pop();
+            table.insert(0, row.as_slice()).unwrap();
+        },
+        // The row is reported under its first message, the cut record under its own; every
+        // other message of the pack still reads.
+        |fx| {
+            vec![
+                v(ViolationKind::UndecodableRecord, fx.a[0], false),
+                v(ViolationKind::UndecodableRecord, fx.a[11], false),
+            ]
+        },
     );
 }
 
@@ -504,6 +560,7 @@ fn summary_counter_behind() {
 fn missing_message() {
     run_case(
         |txn, fx| {
+            unpack_messages(txn);
             txn.open_table(tables::MESSAGES)
                 .unwrap()
                 .remove(fx.b[5].0)
@@ -519,6 +576,7 @@ fn missing_message_without_any_entry_is_a_gap() {
         |txn, fx| {
             // The message and its entry are gone, and the session's counters agree: only the
             // gap in the ids (below next_message) and in the session's sequence show it.
+            unpack_messages(txn);
             txn.open_table(tables::MESSAGES)
                 .unwrap()
                 .remove(fx.b[5].0)
