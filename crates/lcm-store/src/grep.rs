@@ -68,10 +68,12 @@ impl Scope {
 
     /// Whether the scope restricts nothing.
     fn is_everything(&self) -> bool {
-        self.session.is_none()
-            && self.roles.is_empty()
-            && self.since.is_none()
-            && self.before.is_none()
+        self.session.is_none() && self.is_everything_but_session()
+    }
+
+    /// Whether the scope restricts nothing but the session.
+    fn is_everything_but_session(&self) -> bool {
+        self.roles.is_empty() && self.since.is_none() && self.before.is_none()
     }
 
     fn admits_fields(&self, session: SessionId, role: Role, created_at: Timestamp) -> bool {
@@ -267,12 +269,11 @@ fn scan(
             Some(m) if m.session == session => m.seq + 1,
             _ => 0,
         };
-        return reader.session_records(
-            session,
-            first_seq..u64::MAX,
-            start..ids.end,
-            |id, bytes| collector.offer(id, bytes, scope),
-        );
+        // The walk visits the session's messages only: in scope if nothing else restricts it.
+        let all_in_scope = scope.is_everything_but_session();
+        return reader.session_records_in_rows(session, first_seq..u64::MAX, start..ids.end, |r| {
+            collector.offer_in_row(&r, scope, all_in_scope)
+        });
     }
     scan_parallel(store, scope, start..ids.end, collector)
 }
@@ -306,7 +307,7 @@ fn scan_parallel(
             store
                 .reader()?
                 .range_records_in_rows(MessageId(from)..MessageId(to), |r| {
-                    collector.offer_in_row(&r, scope)
+                    collector.offer_in_row(&r, scope, scope.is_everything())
                 })?;
             from = to;
             continue;
@@ -363,7 +364,7 @@ fn scan_part(
     }
     let reader = store.reader()?;
     reader.range_records_in_rows(MessageId(ids.start)..MessageId(ids.end), |r| {
-        let tested = tester.test_in_row(&r, scope)?;
+        let tested = tester.test_in_row(&r, scope, scope.is_everything())?;
         let step = tested.step();
         hits.extend(tested.tally(&mut examined));
         Ok(step)
@@ -554,15 +555,16 @@ impl<'r> RecordTester<'r> {
     /// search of its own. The earliest match end is searched again past each record it falls
     /// in.
     ///
-    /// When the scope is everything and the regex can match neither joining byte, every message
-    /// of the row is decided by the row alone: where no match lies in the rest of the row, the
-    /// rest of the row misses without its records being read (a record too damaged to read is
-    /// then a miss rather than an error: it has no text to match).
-    fn test_in_row(&mut self, r: &InRow<'_>, scope: &Scope) -> Result<Tested> {
+    /// When every message the walk visits is in scope (`all_in_scope`) and the regex can match
+    /// neither joining byte, every message of the row is decided by the row alone: where no
+    /// match lies in the rest of the row, the rest of the row misses without its records being
+    /// read (a record too damaged to read is then a miss rather than an error: it has no text
+    /// to match).
+    fn test_in_row(&mut self, r: &InRow<'_>, scope: &Scope, all_in_scope: bool) -> Result<Tested> {
         let Some(by_row) = self.by_row.filter(|_| r.row.len() != r.record.len()) else {
             return self.test(MessageId(r.id), r.record, scope);
         };
-        if by_row.blind_to_every_join() && scope.is_everything() && self.row_has_no_match_from(r) {
+        if by_row.blind_to_every_join() && all_in_scope && self.row_has_no_match_from(r) {
             return Ok(Tested::RowMisses(r.rest));
         }
         let record = ScanRecord::read(r.record);
@@ -693,8 +695,8 @@ impl<'r> HitCollector<'r> {
     }
 
     /// [`Self::offer`] for a message met in a walk over whole rows.
-    fn offer_in_row(&mut self, r: &InRow<'_>, scope: &Scope) -> Result<Step> {
-        let tested = self.tester.test_in_row(r, scope)?;
+    fn offer_in_row(&mut self, r: &InRow<'_>, scope: &Scope, all_in_scope: bool) -> Result<Step> {
+        let tested = self.tester.test_in_row(r, scope, all_in_scope)?;
         let step = tested.step();
         Ok(match self.take(tested) {
             ControlFlow::Break(()) => Step::Stop,
@@ -1350,7 +1352,19 @@ mod tests {
             since: Some(lcm_core::time::Timestamp(0)),
             ..Scope::default()
         };
+        let in_a = (0..n).filter(|i| i % 3 != 0).count() as u64;
+        let only_a = Scope {
+            session: Some(sessions[0]),
+            ..Scope::default()
+        };
+        let a_assistant = Scope {
+            session: Some(sessions[0]),
+            roles: vec![lcm_core::message::Role::Assistant],
+            ..Scope::default()
+        };
         for (pattern, scope, examined) in [
+            ("no such thing", only_a, in_a),
+            ("no such thing", a_assistant, 0),
             ("no such thing", Scope::default(), n),
             (r"nothing\s+there", Scope::default(), n),
             ("Q_0", assistant, 0),

@@ -846,6 +846,24 @@ impl StoreReader {
         ids: Range<MessageId>,
         mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
+        self.session_records_in_rows(session, seqs, ids, |r| {
+            Ok(match visit(MessageId(r.id), r.record)? {
+                ControlFlow::Continue(()) => message_rows::Step::Next,
+                ControlFlow::Break(()) => message_rows::Step::Stop,
+            })
+        })
+    }
+
+    /// [`Self::session_records`], with each record's row; the visitor may skip the rest of a
+    /// row (within the session's run).
+    pub(crate) fn session_records_in_rows(
+        &self,
+        session: SessionId,
+        seqs: Range<u64>,
+        ids: Range<MessageId>,
+        mut visit: impl FnMut(message_rows::InRow<'_>) -> Result<message_rows::Step>,
+    ) -> Result<()> {
+        use message_rows::Step;
         self.session(session)?;
         let index = self.txn.open_table(tables::SESSION_RUNS)?;
         let records = self.txn.open_table(tables::MESSAGES)?;
@@ -860,15 +878,22 @@ impl StoreReader {
             if from >= to {
                 continue;
             }
+            // Every id of the run must be stored: a gap is damage, reported below.
             let mut expected = from;
             let mut gap = false;
-            let flow = message_rows::for_each(&records, from..to, |id, bytes| {
-                if id != expected {
+            let flow = message_rows::for_each_in_rows(&records, from..to, |r| {
+                if r.id != expected {
                     gap = true;
-                    return Ok(ControlFlow::Break(()));
+                    return Ok(Step::Stop);
                 }
-                expected += 1;
-                visit(MessageId(id), bytes)
+                let rest = r.rest;
+                let step = visit(r)?;
+                match step {
+                    Step::Next => expected += 1,
+                    Step::SkipRow => expected += rest,
+                    Step::Stop => {}
+                }
+                Ok(step)
             })?;
             if flow.is_break() && !gap {
                 return Ok(());
