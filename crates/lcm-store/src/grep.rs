@@ -31,7 +31,7 @@ use crate::index::SearchIndex;
 use crate::message_rows::{InRow, Step};
 use crate::store::{Store, StoreReader};
 use crate::trigram;
-use crate::view::{Joins, MessageRecordView, ScanRecord};
+use crate::view::{MessageRecordView, ScanRecord};
 
 /// Longest pattern accepted.
 const MAX_PATTERN_LEN: usize = 4_096;
@@ -199,7 +199,7 @@ fn regex_grep(
     };
     let scope = &request.scope;
     let reader = store.reader()?;
-    let tester = RecordTester::new(&regex, config.snippet_chars, ByRow::of(&hir));
+    let tester = RecordTester::new(&regex, config.snippet_chars, searchable_by_row(&hir));
     let mut collector = HitCollector::new(tester, limit);
 
     let end = store.next_message_id()?;
@@ -448,8 +448,8 @@ struct RecordTester<'r> {
     /// The searchable text of multi-part messages, as bytes and as text.
     joined_bytes: Vec<u8>,
     joined_text: String,
-    /// Whether and how a pack row may be searched as a whole.
-    by_row: Option<ByRow>,
+    /// Whether a pack row is searched as a whole ([`searchable_by_row`]).
+    by_row: bool,
     row: RowSearch,
 }
 
@@ -473,38 +473,21 @@ impl RowSearch {
     };
 }
 
-/// How a pattern can be searched for in a pack row's bytes as a whole (see
-/// [`RecordTester::test_in_row`]): only if the regex asserts nothing about what surrounds a
-/// match (no anchors, no word boundaries), so that a match in a message's text is a match in
-/// any bytes that contain it, and cannot match the empty string (which every text holds).
-#[derive(Debug, Clone, Copy)]
-struct ByRow {
-    /// Whether a match can take in a space (what joins a tool call's name and arguments) or a
-    /// newline (what joins parts).
-    matches_space: bool,
-    matches_newline: bool,
-}
-
-impl ByRow {
-    fn of(hir: &regex_syntax::hir::Hir) -> Option<ByRow> {
-        let properties = hir.properties();
-        (properties.look_set().is_empty() && properties.minimum_len().is_some_and(|n| n > 0)).then(
-            || ByRow {
-                matches_space: can_match_char(hir, ' '),
-                matches_newline: can_match_char(hir, '\n'),
-            },
-        )
-    }
-
-    /// Whether no match can take in either joining byte.
-    fn blind_to_every_join(self) -> bool {
-        !self.matches_space && !self.matches_newline
-    }
-
-    /// Whether no match can take in a byte that joins the fields of a message's text.
-    fn blind_to(self, joins: Joins) -> bool {
-        !((joins.space && self.matches_space) || (joins.newline && self.matches_newline))
-    }
+/// Whether a pattern can be searched for in a pack row's bytes as a whole (see
+/// [`RecordTester::test_in_row`]): the regex asserts nothing about what surrounds a match (no
+/// anchors, no word boundaries), so that a match in a message's text is a match in any bytes
+/// that contain it; it cannot match the empty string (which every text holds); and it cannot
+/// match a space or a newline, the bytes that join a message's fields (parts, a tool call's
+/// name and arguments) into its searchable text, so that every match in a text lies in one
+/// field, and every field stands in the record's bytes as it is. (A regex that can match them
+/// is faster searched message by message: a row search would scan the record headers, and
+/// the texts of joined fields again on their own.)
+fn searchable_by_row(hir: &regex_syntax::hir::Hir) -> bool {
+    let properties = hir.properties();
+    properties.look_set().is_empty()
+        && properties.minimum_len().is_some_and(|n| n > 0)
+        && !can_match_char(hir, ' ')
+        && !can_match_char(hir, '\n')
 }
 
 /// Whether some match of `hir` may contain `c` (an ASCII character); `true` when unsure.
@@ -529,7 +512,7 @@ fn can_match_char(hir: &regex_syntax::hir::Hir, c: char) -> bool {
 }
 
 impl<'r> RecordTester<'r> {
-    fn new(regex: &'r BytesRegex, snippet_chars: usize, by_row: Option<ByRow>) -> Self {
+    fn new(regex: &'r BytesRegex, snippet_chars: usize, by_row: bool) -> Self {
         RecordTester {
             regex,
             cache: regex.create_cache(),
@@ -546,25 +529,20 @@ impl<'r> RecordTester<'r> {
         Self::new(self.regex, self.snippet_chars, self.by_row)
     }
 
-    /// [`Self::test`] for a message met in a walk over whole rows. In a pack, the regex is
-    /// first run over the row's bytes: a match in a message's searchable text that does not
-    /// take in a byte joining two of its fields lies in one field, a part of the record, so it
-    /// is a match in the row ending within the record. Where the regex cannot match the joining
-    /// bytes the message uses, the message can only match if a match in the row ends within
-    /// its record; where the row has none (the usual case of a scan), it is rejected without a
-    /// search of its own. The earliest match end is searched again past each record it falls
-    /// in.
-    ///
-    /// When every message the walk visits is in scope (`all_in_scope`) and the regex can match
-    /// neither joining byte, every message of the row is decided by the row alone: where no
-    /// match lies in the rest of the row, the rest of the row misses without its records being
-    /// read (a record too damaged to read is then a miss rather than an error: it has no text
-    /// to match).
+    /// [`Self::test`] for a message met in a walk over whole rows. In a pack, for a regex
+    /// [`searchable_by_row`], every match in a message's text lies in one field of its record,
+    /// so it is a match in the row ending within the record: the regex is run over the row's
+    /// bytes, and a message can only match if the row's earliest match (searched again past
+    /// each record it falls in) ends within its record. Where the row has no match (the usual
+    /// case of a scan), its messages are rejected without a search of their own; when every
+    /// message the walk visits is in scope (`all_in_scope`), the rest of such a row is passed
+    /// over without its records being read (a record too damaged to read is then a miss rather
+    /// than an error: it has no text to match).
     fn test_in_row(&mut self, r: &InRow<'_>, scope: &Scope, all_in_scope: bool) -> Result<Tested> {
-        let Some(by_row) = self.by_row.filter(|_| r.row.len() != r.record.len()) else {
+        if !self.by_row || r.row.len() == r.record.len() {
             return self.test(MessageId(r.id), r.record, scope);
-        };
-        if by_row.blind_to_every_join() && all_in_scope && self.row_has_no_match_from(r) {
+        }
+        if all_in_scope && self.row_has_no_match_from(r) {
             return Ok(Tested::RowMisses(r.rest));
         }
         let record = ScanRecord::read(r.record);
@@ -572,8 +550,7 @@ impl<'r> RecordTester<'r> {
             if !scope.admits_fields(SessionId(record.session), record.role, record.created_at) {
                 return Ok(Tested::OutOfScope);
             }
-            if record.joins().is_some_and(|joins| by_row.blind_to(joins)) && !self.row_may_match(r)
-            {
+            if !self.row_may_match(r) {
                 return Ok(Tested::Miss);
             }
         }
@@ -1091,34 +1068,89 @@ fn request_fingerprint(request: &GrepRequest) -> u64 {
 mod tests {
     use super::*;
 
-    /// Which patterns a scan may search for in whole pack rows, and which joining bytes they
-    /// can match.
+    /// A match that takes in the newline joining two parts, or the space joining a tool call's
+    /// name and arguments, exists in the message's text but not in its record's bytes: a scan
+    /// of packed records finds it all the same (the regex is then tested message by message).
+    #[test]
+    fn a_scan_finds_matches_across_the_joins_of_packed_fields() {
+        use lcm_core::message::{NewMessage, Part, Role};
+        let store = Store::open_in_memory(crate::store::StoreOptions {
+            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        })
+        .unwrap();
+        let session = store.create_session("s", None).unwrap();
+        let mut batch: Vec<NewMessage> = (0..20)
+            .map(|i| NewMessage::text(Role::User, format!("filler{i}")))
+            .collect();
+        batch[5].parts = vec![
+            Part::Text { text: "abc".into() },
+            Part::Text { text: "def".into() },
+        ];
+        batch[9] = NewMessage {
+            parts: vec![Part::ToolCall {
+                id: "t".into(),
+                name: "abc".into(),
+                arguments: "def".into(),
+            }],
+            ..NewMessage::text(Role::Assistant, "")
+        };
+        let ids: Vec<MessageId> = store
+            .append_batch(session, batch)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        let config = SearchConfig::default();
+        // Nothing indexed: every message is scanned.
+        let index = SearchIndex::open_in_ram(&store, &config).unwrap();
+        for (pattern, expected) in [
+            ("c\\nd", vec![ids[5]]),
+            ("c d", vec![ids[9]]),
+            ("c.d", vec![ids[9]]),
+            ("c[^ ]d", vec![ids[5]]),
+            (r"c\sd", vec![ids[5], ids[9]]),
+        ] {
+            for scope in [
+                Scope::default(),
+                Scope {
+                    session: Some(session),
+                    ..Scope::default()
+                },
+            ] {
+                let request = GrepRequest {
+                    pattern: pattern.into(),
+                    mode: GrepMode::Regex,
+                    scope,
+                    limit: Some(10),
+                    cursor: None,
+                };
+                let page = grep(&store, &index, &config, &request).unwrap();
+                let found: Vec<MessageId> = page.hits.iter().map(|h| h.message).collect();
+                assert_eq!(found, expected, "{pattern}");
+            }
+        }
+    }
+
+    /// Which patterns a scan may search for in whole pack rows.
     #[test]
     fn patterns_searchable_by_row() {
-        let by_row = |pattern: &str| {
-            ByRow::of(&regex_syntax::Parser::new().parse(pattern).unwrap())
-                .map(|b| (b.matches_space, b.matches_newline))
-        };
-        assert_eq!(by_row(r"[A-Z]{3}_\d{5}"), Some((false, false)));
-        assert_eq!(by_row("a.b"), Some((true, false)));
-        assert_eq!(by_row("(?s)a.b"), Some((true, true)));
-        assert_eq!(by_row(r"a\sb"), Some((true, true)));
-        assert_eq!(by_row("[^x]+"), Some((true, true)));
-        assert_eq!(by_row("(?i)timeout module"), Some((true, false)));
-        assert_eq!(by_row("foo|bar\nbaz"), Some((false, true)));
+        let by_row =
+            |pattern: &str| searchable_by_row(&regex_syntax::Parser::new().parse(pattern).unwrap());
+        assert!(by_row(r"[A-Z]{3}_\d{5}"));
+        assert!(by_row(r"(?i)err_\d+|timeout"));
+        // A space or a newline may join two fields of a text.
+        assert!(!by_row("a.b"));
+        assert!(!by_row("a[^ ]b"));
+        assert!(!by_row("(?s)a.b"));
+        assert!(!by_row(r"a\sb"));
+        assert!(!by_row("[^x]+"));
+        assert!(!by_row("(?i)timeout module"));
+        assert!(!by_row("foo|bar\nbaz"));
         // Look-arounds depend on the bytes around a match; an empty match is in every text.
-        assert_eq!(by_row(r"\bfoo"), None);
-        assert_eq!(by_row("^foo"), None);
-        assert_eq!(by_row("(?m)foo$"), None);
-        assert_eq!(by_row("x*"), None);
-        let joins = |space, newline| Joins { space, newline };
-        let blind = ByRow {
-            matches_space: true,
-            matches_newline: false,
-        };
-        assert!(blind.blind_to(joins(false, true)));
-        assert!(!blind.blind_to(joins(true, false)));
-        assert!(blind.blind_to(joins(false, false)));
+        assert!(!by_row(r"\bfoo"));
+        assert!(!by_row("^foo"));
+        assert!(!by_row("(?m)foo$"));
+        assert!(!by_row("x*"));
     }
 
     #[test]

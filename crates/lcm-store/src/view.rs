@@ -275,14 +275,6 @@ impl<'a> WireReader<'a> {
     }
 }
 
-/// The joining bytes a message's searchable text holds between its fields (see
-/// [`ScanRecord::joins`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Joins {
-    pub space: bool,
-    pub newline: bool,
-}
-
 /// A part's contribution to the searchable text, as bytes (see [`Piece`]).
 #[derive(Clone, Copy)]
 enum PieceBytes<'a> {
@@ -323,54 +315,6 @@ impl<'a> ScanRecord<'a> {
             created_at,
             parts: r.rest,
         })
-    }
-
-    /// Which bytes join the record's text fields into its searchable text: a space inside a
-    /// tool call (name and arguments), a newline between parts. Every field stands in the
-    /// record's bytes as it is, so a match that takes in neither lies in the record's bytes.
-    /// `None` if the parts cannot be read.
-    pub fn joins(&self) -> Option<Joins> {
-        let mut r = WireReader { rest: self.parts };
-        let count = r.varint()?;
-        let mut joins = Joins::default();
-        let mut pieces = 0u64;
-        for _ in 0..count {
-            match r.varint()? {
-                0 | 1 => {
-                    r.text()?;
-                }
-                2 => {
-                    r.text()?;
-                    r.text()?;
-                    r.text()?;
-                    joins.space = true;
-                }
-                3 => {
-                    r.text()?;
-                    r.text()?;
-                    r.byte()?;
-                }
-                4 => {
-                    r.text()?;
-                    if r.byte()? == 1 {
-                        r.text()?;
-                    }
-                }
-                5 => {
-                    r.text()?;
-                    r.varint()?;
-                    continue;
-                }
-                6 => {
-                    r.text()?;
-                    r.text()?;
-                }
-                _ => return None,
-            }
-            pieces += 1;
-        }
-        joins.newline = pieces > 1;
-        Some(joins)
     }
 
     /// The searchable text, byte for byte [`MessageRecordView::search_text_in`]: borrowed from
@@ -666,11 +610,10 @@ mod tests {
         }
     }
 
-    /// `text` cut at the joining bytes `joins` says it holds (every space, where a tool call
-    /// joins two fields: more cuts than needed, each piece still a part of one field).
-    fn fields(text: &[u8], joins: Joins) -> Vec<&[u8]> {
-        text.split(|&b| (joins.newline && b == b'\n') || (joins.space && b == b' '))
-            .collect()
+    /// `text` cut at every byte that can join two of its fields (a newline between parts, a
+    /// space in a tool call): more cuts than needed, each piece still a part of one field.
+    fn fields(text: &[u8]) -> Vec<&[u8]> {
+        text.split(|&b| b == b'\n' || b == b' ').collect()
     }
 
     #[test]
@@ -705,15 +648,7 @@ mod tests {
                     );
                     // Cut at its joining bytes, the text is fields that stand in the record's
                     // bytes as they are (what lets a scan search a whole pack at once).
-                    let joins = scan.joins().unwrap();
-                    let searchable: Vec<&Part> = parts
-                        .iter()
-                        .filter(|p| p.searchable_text().is_some())
-                        .collect();
-                    assert_eq!(joins.newline, searchable.len() > 1, "parts: {parts:?}");
-                    let call = parts.iter().any(|p| matches!(p, Part::ToolCall { .. }));
-                    assert_eq!(joins.space, call, "parts: {parts:?}");
-                    for field in fields(text, joins) {
+                    for field in fields(text) {
                         assert!(
                             bytes.windows(field.len().max(1)).any(|w| w == field)
                                 || field.is_empty(),
