@@ -1068,16 +1068,37 @@ fn request_fingerprint(request: &GrepRequest) -> u64 {
 mod tests {
     use super::*;
 
+    /// The first page (10 hits) of a regex grep.
+    fn first_regex_page(
+        store: &Store,
+        index: &SearchIndex,
+        pattern: &str,
+        scope: Scope,
+    ) -> GrepPage {
+        let request = GrepRequest {
+            pattern: pattern.into(),
+            mode: GrepMode::Regex,
+            scope,
+            limit: Some(10),
+            cursor: None,
+        };
+        grep(store, index, &SearchConfig::default(), &request).unwrap()
+    }
+
+    fn memory_store() -> Store {
+        Store::open_in_memory(crate::store::StoreOptions {
+            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        })
+        .unwrap()
+    }
+
     /// A match that takes in the newline joining two parts, or the space joining a tool call's
     /// name and arguments, exists in the message's text but not in its record's bytes: a scan
     /// of packed records finds it all the same (the regex is then tested message by message).
     #[test]
     fn a_scan_finds_matches_across_the_joins_of_packed_fields() {
         use lcm_core::message::{NewMessage, Part, Role};
-        let store = Store::open_in_memory(crate::store::StoreOptions {
-            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
-        })
-        .unwrap();
+        let store = memory_store();
         let session = store.create_session("s", None).unwrap();
         let mut batch: Vec<NewMessage> = (0..20)
             .map(|i| NewMessage::text(Role::User, format!("filler{i}")))
@@ -1117,14 +1138,7 @@ mod tests {
                     ..Scope::default()
                 },
             ] {
-                let request = GrepRequest {
-                    pattern: pattern.into(),
-                    mode: GrepMode::Regex,
-                    scope,
-                    limit: Some(10),
-                    cursor: None,
-                };
-                let page = grep(&store, &index, &config, &request).unwrap();
+                let page = first_regex_page(&store, &index, pattern, scope);
                 let found: Vec<MessageId> = page.hits.iter().map(|h| h.message).collect();
                 assert_eq!(found, expected, "{pattern}");
             }
@@ -1166,10 +1180,7 @@ mod tests {
     }
 
     fn store_with_zebras(n: usize) -> (Store, lcm_core::ids::SessionId) {
-        let store = Store::open_in_memory(crate::store::StoreOptions {
-            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
-        })
-        .unwrap();
+        let store = memory_store();
         let session = store.create_session("zoo", None).unwrap();
         for i in 0..n {
             store
@@ -1255,10 +1266,7 @@ mod tests {
     /// `created_at` fast field) and over the unindexed tail (scanned) alike.
     #[test]
     fn a_time_range_scopes_indexed_and_unindexed_messages_alike() {
-        let store = Store::open_in_memory(crate::store::StoreOptions {
-            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
-        })
-        .unwrap();
+        let store = memory_store();
         let session = store.create_session("zoo", None).unwrap();
         let base = 1_790_000_000_000i64;
         let at = |i: i64| lcm_core::time::Timestamp(base + i * 60_000);
@@ -1323,10 +1331,7 @@ mod tests {
     /// messages, in id order, across sessions, whatever the page size.
     #[test]
     fn a_scan_split_across_threads_pages_through_every_hit_in_id_order() {
-        let store = Store::open_in_memory(crate::store::StoreOptions {
-            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
-        })
-        .unwrap();
+        let store = memory_store();
         let sessions = [
             store.create_session("a", None).unwrap(),
             store.create_session("b", None).unwrap(),
@@ -1402,14 +1407,7 @@ mod tests {
             ("Q_0", assistant, 0),
             ("no such thing", since, n),
         ] {
-            let request = GrepRequest {
-                pattern: pattern.into(),
-                mode: GrepMode::Regex,
-                scope,
-                limit: Some(10),
-                cursor: None,
-            };
-            let page = grep(&store, &index, &config, &request).unwrap();
+            let page = first_regex_page(&store, &index, pattern, scope);
             assert!(page.hits.is_empty(), "{pattern}");
             assert_eq!(page.messages_examined, examined, "{pattern}");
         }
@@ -1425,10 +1423,7 @@ mod tests {
         assert!(TextMatcher::regex("(").is_err());
         assert!(TextMatcher::regex("").is_err());
 
-        let store = Store::open_in_memory(crate::store::StoreOptions {
-            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
-        })
-        .unwrap();
+        let store = memory_store();
         let index = SearchIndex::open_in_ram(&store, &SearchConfig::default()).unwrap();
         let mut words =
             TextMatcher::new(&index, GrepMode::FullText, "timeouts Paging zebra").unwrap();
