@@ -30,6 +30,10 @@ use crate::error::{Result, StoreError};
 
 /// First byte of a pack (a plain row starts with a record schema version, far below it).
 pub(crate) const PACK_TAG: u8 = 0xFE;
+const _: () = assert!(
+    crate::codec::SCHEMA_VERSION < PACK_TAG,
+    "a record's version byte must never read as a pack"
+);
 /// Most messages in one pack.
 pub(crate) const PACK_MAX_MESSAGES: usize = 64;
 /// Most bytes of a pack's value: 16 KiB less room for redb's leaf header and the row's key.
