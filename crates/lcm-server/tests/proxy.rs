@@ -22,6 +22,14 @@ use tokio::sync::Notify;
 const ADMIN: &str = "admin-token-0123456789abcdef";
 const TENANT: &str = "tenant-a-token-0123456789";
 
+/// An upstream base URL on a loopback port nothing listens on.
+fn unreachable_upstream() -> String {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    url
+}
+
 /// A daemon whose proxy forwards to `upstream` (both shapes).
 async fn daemon(upstream: &str, tweak: impl FnOnce(&mut Setup)) -> TestServer {
     let (mut setup, tmp, root) = Setup::new();
@@ -529,10 +537,8 @@ async fn upstream_errors_come_back_with_a_clear_body() {
     }
 
     // An upstream nobody listens on: 502, with the URL, in the Anthropic shape for /v1/messages.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    let dead = daemon(&format!("http://127.0.0.1:{port}/v1"), |_| {}).await;
+    let url = unreachable_upstream();
+    let dead = daemon(&url, |_| {}).await;
     let reply = messages(
         &dead,
         &json!({"model": "c", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}),
@@ -545,7 +551,7 @@ async fn upstream_errors_come_back_with_a_clear_body() {
     assert_eq!(error["error"]["type"], "upstream_transport");
     let message = error["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains(&format!("127.0.0.1:{port}/v1/messages")),
+        message.contains(&format!("{}/messages", &url["http://".len()..])),
         "{message}"
     );
 }
@@ -1130,13 +1136,7 @@ async fn anthropic_token_counts_pass_through_unchanged_and_store_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_gives_a_clear_token_count_error() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", closed.local_addr().unwrap());
-    drop(closed);
-    let server = daemon(&url, |setup| {
-        setup.config.proxy.anthropic_base_url = url.clone();
-    })
-    .await;
+    let server = daemon(&unreachable_upstream(), |_| {}).await;
     let reply = call(
         &server,
         "/v1/messages/count_tokens",
@@ -1159,11 +1159,7 @@ async fn an_unreachable_upstream_gives_a_clear_token_count_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_gives_a_clear_model_list_error() {
-    // A loopback port nothing listens on.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", closed.local_addr().unwrap());
-    drop(closed);
-    let server = daemon(&url, |_| {}).await;
+    let server = daemon(&unreachable_upstream(), |_| {}).await;
     let reply = get(&server, "/v1/models", &[]).await;
     assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{}", reply.text());
     let message = reply.json()["error"]["message"]

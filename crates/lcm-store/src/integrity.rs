@@ -1280,15 +1280,15 @@ fn link_summaries(
 }
 
 /// Message `id` in the pass over every stored message (when the session walk did not account
-/// for all of them): reports it if it cannot be decoded or is unreachable from its session.
-fn check_stray_message(t: &Tables, f: &mut Findings, id: u64) -> Result<()> {
+/// for all of them), with its record as its row holds it: reports it if it cannot be decoded
+/// or is unreachable from its session.
+fn check_stray_message(t: &Tables, f: &mut Findings, id: u64, record: Result<&[u8]>) -> Result<()> {
     if f.reported_messages.contains(&id) {
         return Ok(());
     }
-    let Some(stored) = message_bytes(&t.messages, id)? else {
-        return Ok(());
-    };
-    let view = match decode_view(&stored) {
+    let view = match record
+        .and_then(|bytes| codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes))
+    {
         Ok(v) => v,
         Err(e) => {
             f.reported_messages.insert(id);
@@ -1328,22 +1328,18 @@ fn check_stray_message(t: &Tables, f: &mut Findings, id: u64) -> Result<()> {
 /// records do not fill it exactly) is reported under its first id and counted as one.
 fn count_messages(t: &Tables, f: &mut Findings) -> Result<u64> {
     let mut n = 0u64;
-    let mut damaged = Vec::new();
     message_rows::rows(&t.messages, |first, row| {
         match row.and_then(|row| row.validate().map(|()| row.len())) {
             Ok(len) => n += len,
             Err(e) => {
                 n += 1;
-                damaged.push((first, e));
+                if f.reported_messages.insert(first) {
+                    f.decode(Err::<(), _>(e), MessageId(first))?;
+                }
             }
         }
         Ok(())
     })?;
-    for (first, e) in damaged {
-        if f.reported_messages.insert(first) {
-            f.decode(Err::<(), _>(e), MessageId(first))?;
-        }
-    }
     Ok(n)
 }
 
@@ -1735,33 +1731,29 @@ fn reconcile(
     // Messages: ids 0..next_message, each reached through its own (session, seq) entry.
     if !dense || f.matched_messages != counts.messages {
         let mut expected = 0u64;
-        let mut rows = Vec::new();
         message_rows::rows(&t.messages, |first, row| {
-            // A pack whose records are damaged is still walked message by message (its
-            // layout was reported when counting); one whose header is unreadable is not.
-            rows.push((first, row.map(|row| row.len()).map_err(|e| e.to_string())));
-            Ok(())
-        })?;
-        for (first, layout) in rows {
             if first > expected {
                 report_missing_range(f, expected, first);
             }
-            let len = match layout {
-                Ok(len) => len,
-                Err(detail) => {
-                    // The row's messages cannot be told apart: reported under its first id.
+            // A pack whose records are damaged is still walked message by message (its layout
+            // was reported when counting); one whose header is unreadable is not: its messages
+            // cannot be told apart, so it is reported under its first id.
+            let row = match row {
+                Ok(row) => row,
+                Err(e) => {
                     expected = first.saturating_add(1);
                     if f.reported_messages.insert(first) {
-                        f.decode(Err::<(), _>(corrupt_message(detail)), MessageId(first))?;
+                        f.decode(Err::<(), _>(e), MessageId(first))?;
                     }
-                    continue;
+                    return Ok(());
                 }
             };
-            expected = first.saturating_add(len);
-            for id in first..first.saturating_add(len) {
-                check_stray_message(t, f, id)?;
+            expected = first.saturating_add(row.len());
+            for i in 0..row.len() {
+                check_stray_message(t, f, first + i, row.record(i as usize))?;
             }
-        }
+            Ok(())
+        })?;
         if next_message > expected {
             report_missing_range(f, expected, next_message);
         }

@@ -20,7 +20,7 @@
 //! the next one. A message larger than that is written as a plain row.
 //!
 //! Every reader of the table goes through this module ([`get`], [`RecordCursor`], [`for_each`],
-//! [`rows`]); nothing else parses a row.
+//! [`for_each_in_rows`], [`rows`], [`last_id`]); nothing else parses a row.
 
 use std::ops::{ControlFlow, Range};
 
