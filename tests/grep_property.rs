@@ -32,6 +32,8 @@ const WORDS: &[&str] = &[
     "ERROR:",
     "42",
     "3.14",
+    "HTTP 404",
+    "XYZ9",
 ];
 const SEPARATORS: &[&str] = &[" ", "\n", "-", ".", "", ", ", "\t"];
 
@@ -71,8 +73,31 @@ fn parts(texts: &[String], tool_call: bool) -> Vec<Part> {
         .collect()
 }
 
-/// Patterns built from pieces of the vocabulary with regex operators around them.
+/// Patterns built from pieces of the vocabulary with regex operators around them, and some
+/// without a single literal byte.
 fn pattern_strategy() -> impl Strategy<Value = String> {
+    prop_oneof![4 => word_pattern_strategy(), 1 => class_pattern_strategy()]
+}
+
+/// Patterns of classes only, such as `[A-Z]{2}\s[0-9]`: no literal for the index or the regex
+/// engine's prefilter, so a scan looks for their leading classes first (`start_classes.rs`).
+fn class_pattern_strategy() -> impl Strategy<Value = String> {
+    let atom = prop::sample::select(
+        &[
+            "[A-Z]", "[0-9]", "[A-Z0-9]", r"\d", r"\s", r"\w", "[a-z]", r"\b", "[^a-z]",
+        ][..],
+    );
+    let piece = (
+        atom,
+        prop::sample::select(&["", "", "", "{2}", "{3}", "+", "?"][..]),
+    )
+        .prop_map(|(a, q)| format!("{a}{q}"));
+    let concat = prop::collection::vec(piece, 1..5).prop_map(|v| v.concat());
+    prop::collection::vec(concat, 1..3).prop_map(|alts| alts.join("|"))
+}
+
+/// Patterns built from pieces of the vocabulary with regex operators around them.
+fn word_pattern_strategy() -> impl Strategy<Value = String> {
     // Weighted towards literals: those are the patterns the index narrows, where a wrong
     // trigram plan would lose hits.
     let atom = prop_oneof![

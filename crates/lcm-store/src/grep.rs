@@ -29,6 +29,7 @@ use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
 use crate::message_rows::{InRow, Step};
+use crate::start_classes::{StartClasses, earliest_end};
 use crate::store::{Store, StoreReader};
 use crate::trigram;
 use crate::view::{MessageRecordView, ScanRecord};
@@ -199,7 +200,13 @@ fn regex_grep(
     };
     let scope = &request.scope;
     let reader = store.reader()?;
-    let tester = RecordTester::new(&regex, config.snippet_chars, searchable_by_row(&hir));
+    let start = StartClasses::of(&hir);
+    let tester = RecordTester::new(
+        &regex,
+        config.snippet_chars,
+        searchable_by_row(&hir),
+        start.as_ref(),
+    );
     let mut collector = HitCollector::new(tester, limit);
 
     let end = store.next_message_id()?;
@@ -443,6 +450,8 @@ impl Tested {
 /// can only save work, never change a result.
 struct RecordTester<'r> {
     regex: &'r BytesRegex,
+    /// Where matches can start, for a regex without a literal byte ([`StartClasses`]).
+    start: Option<&'r StartClasses>,
     cache: regex_automata::meta::Cache,
     snippet_chars: usize,
     /// The searchable text of multi-part messages, as bytes and as text.
@@ -512,9 +521,15 @@ fn can_match_char(hir: &regex_syntax::hir::Hir, c: char) -> bool {
 }
 
 impl<'r> RecordTester<'r> {
-    fn new(regex: &'r BytesRegex, snippet_chars: usize, by_row: bool) -> Self {
+    fn new(
+        regex: &'r BytesRegex,
+        snippet_chars: usize,
+        by_row: bool,
+        start: Option<&'r StartClasses>,
+    ) -> Self {
         RecordTester {
             regex,
+            start,
             cache: regex.create_cache(),
             snippet_chars,
             joined_bytes: Vec::new(),
@@ -526,7 +541,7 @@ impl<'r> RecordTester<'r> {
 
     /// A tester of the same regex for another thread (caches are per thread).
     fn for_another_thread(&self) -> Self {
-        Self::new(self.regex, self.snippet_chars, self.by_row)
+        Self::new(self.regex, self.snippet_chars, self.by_row, self.start)
     }
 
     /// [`Self::test`] for a message met in a walk over whole rows. In a pack, for a regex
@@ -575,13 +590,13 @@ impl<'r> RecordTester<'r> {
         if let Some(end) = self.row.earliest_end {
             return end;
         }
-        let input = regex_automata::Input::new(r.row)
-            .range(self.row.from..)
-            .earliest(true);
-        let end = self
-            .regex
-            .search_half_with(&mut self.cache, &input)
-            .map(|m| m.offset());
+        let end = earliest_end(
+            self.regex,
+            &mut self.cache,
+            self.start,
+            r.row,
+            self.row.from,
+        );
         self.row.earliest_end = Some(end);
         end
     }
@@ -624,15 +639,9 @@ impl<'r> RecordTester<'r> {
         if let Some(text) = record
             .as_ref()
             .and_then(|r| r.search_bytes(&mut self.joined_bytes))
+            && earliest_end(self.regex, &mut self.cache, self.start, text, 0).is_none()
         {
-            let input = regex_automata::Input::new(text).earliest(true);
-            if self
-                .regex
-                .search_half_with(&mut self.cache, &input)
-                .is_none()
-            {
-                return Ok(Tested::Miss);
-            }
+            return Ok(Tested::Miss);
         }
         let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
         if !scope.admits_view(&view) {

@@ -31,6 +31,7 @@ pub mod map_jobs;
 mod message_rows;
 mod pipeline;
 mod session_runs;
+mod start_classes;
 pub mod store;
 pub mod tables;
 pub mod trigram;

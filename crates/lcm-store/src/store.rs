@@ -993,6 +993,9 @@ const PIPELINE_CHUNK: usize = 64;
 /// A message on its way into the store, with the session it goes to.
 type Incoming = (SessionId, NewMessage);
 
+/// A chunk of messages handed back with their token counts, in order.
+type Counted = (Vec<Incoming>, Vec<u32>);
+
 /// A large append's messages in chunks of [`PIPELINE_CHUNK`], their tokens counted on the helper
 /// pool and the writing thread ([`OrderedPipeline`]), handed back to the writer in order with
 /// their counts. Helpers only count: the writer encodes, and the messages come back to be freed
@@ -1001,7 +1004,7 @@ type Incoming = (SessionId, NewMessage);
 fn prepare_pipeline(
     messages: Vec<Incoming>,
     counter: TokenCounter,
-) -> Arc<OrderedPipeline<Vec<Incoming>, (Vec<Incoming>, Vec<u32>)>> {
+) -> Arc<OrderedPipeline<Vec<Incoming>, Counted>> {
     let mut chunks = Vec::with_capacity(messages.len().div_ceil(PIPELINE_CHUNK));
     let mut iter = messages.into_iter();
     loop {
