@@ -29,7 +29,7 @@ use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
 use crate::message_rows::{InRow, Step};
-use crate::start_classes::{StartClasses, earliest_end};
+use crate::start_classes::{StartClasses, StartSearch};
 use crate::store::{Store, StoreReader};
 use crate::trigram;
 use crate::view::{MessageRecordView, ScanRecord};
@@ -450,8 +450,9 @@ impl Tested {
 /// can only save work, never change a result.
 struct RecordTester<'r> {
     regex: &'r BytesRegex,
-    /// Where matches can start, for a regex without a literal byte ([`StartClasses`]).
-    start: Option<&'r StartClasses>,
+    /// The search for a match's earliest end, narrowed for a regex without a literal byte
+    /// ([`StartClasses`]).
+    start: StartSearch<'r>,
     cache: regex_automata::meta::Cache,
     snippet_chars: usize,
     /// The searchable text of multi-part messages, as bytes and as text.
@@ -529,7 +530,7 @@ impl<'r> RecordTester<'r> {
     ) -> Self {
         RecordTester {
             regex,
-            start,
+            start: StartSearch::new(start),
             cache: regex.create_cache(),
             snippet_chars,
             joined_bytes: Vec::new(),
@@ -541,7 +542,10 @@ impl<'r> RecordTester<'r> {
 
     /// A tester of the same regex for another thread (caches are per thread).
     fn for_another_thread(&self) -> Self {
-        Self::new(self.regex, self.snippet_chars, self.by_row, self.start)
+        RecordTester {
+            start: self.start.clone(),
+            ..Self::new(self.regex, self.snippet_chars, self.by_row, None)
+        }
     }
 
     /// [`Self::test`] for a message met in a walk over whole rows. In a pack, for a regex
@@ -590,13 +594,9 @@ impl<'r> RecordTester<'r> {
         if let Some(end) = self.row.earliest_end {
             return end;
         }
-        let end = earliest_end(
-            self.regex,
-            &mut self.cache,
-            self.start,
-            r.row,
-            self.row.from,
-        );
+        let end = self
+            .start
+            .earliest_end(self.regex, &mut self.cache, r.row, self.row.from);
         self.row.earliest_end = Some(end);
         end
     }
@@ -639,7 +639,10 @@ impl<'r> RecordTester<'r> {
         if let Some(text) = record
             .as_ref()
             .and_then(|r| r.search_bytes(&mut self.joined_bytes))
-            && earliest_end(self.regex, &mut self.cache, self.start, text, 0).is_none()
+            && self
+                .start
+                .earliest_end(self.regex, &mut self.cache, text, 0)
+                .is_none()
         {
             return Ok(Tested::Miss);
         }

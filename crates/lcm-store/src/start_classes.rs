@@ -9,8 +9,9 @@
 //! present eight bytes at a time in ordinary registers (the SWAR range test of "Bit
 //! Twiddling Hacks", no `unsafe`); only there does the regex run, anchored.
 //!
-//! The prefilter only narrows where matches are looked for: [`earliest_end`] gives the same
-//! answer as the regex's own search, which the grep property test checks against a naive scan.
+//! The prefilter only narrows where matches are looked for: [`StartSearch::earliest_end`] gives
+//! the same answer as the regex's own search, which the grep property test checks against a
+//! naive scan.
 
 use regex_automata::meta::{Cache, Regex};
 use regex_automata::{Anchored, Input};
@@ -25,7 +26,7 @@ const MAX_RANGES: usize = 4;
 /// used: with more, running the regex at each would cost more than its plain scan.
 const MAX_CANDIDATE_RATE: f64 = 0.003;
 
-/// Candidates tried before [`earliest_end`] checks how dense they are.
+/// Candidates tried in one text before [`StartSearch`] checks how dense they are.
 const DENSE_AFTER: usize = 16;
 /// Candidates closer together than this many bytes on average are too dense to try one by one.
 const DENSE_SPACING: usize = 64;
@@ -127,49 +128,107 @@ impl StartClasses {
     }
 }
 
-/// The end of the earliest match of `regex` in `hay` at or after `from`, as the regex's own
-/// search with `earliest` reports it; narrowed by `start` when given.
-pub(crate) fn earliest_end(
-    regex: &Regex,
-    cache: &mut Cache,
-    start: Option<&StartClasses>,
-    hay: &[u8],
-    from: usize,
-) -> Option<usize> {
-    let plain = |cache: &mut Cache, from: usize| {
-        let input = Input::new(hay).range(from..).earliest(true);
-        regex.search_half_with(cache, &input).map(|m| m.offset())
-    };
-    let Some(start) = start else {
-        return plain(cache, from);
-    };
-    // Each candidate's earliest end, anchored there. A later start may end sooner (another
-    // branch of the pattern), so candidates are tried up to the best end found; one at or
-    // past it cannot end before it (no match is empty).
-    let mut best: Option<usize> = None;
-    let mut at = from;
-    let mut tried = 0;
-    while let Some(candidate) = start.find(hay, at) {
-        if best.is_some_and(|end| candidate >= end) {
-            break;
+/// Searches for the earliest end of a match, narrowed by a pattern's [`StartClasses`] while
+/// that pays. One per scanning thread: it learns from the texts it searches. Where candidates
+/// are dense (a text in capitals), trying each costs more than the plain search, so the
+/// prefilter is used in turns: on for [`PROBE_BYTES`] of text, then, if the candidates of those
+/// bytes were dense, off for [`OFF_BYTES`]; and within one text it hands over to the plain
+/// search as soon as the candidates it met are dense.
+#[derive(Debug, Clone)]
+pub(crate) struct StartSearch<'r> {
+    classes: Option<&'r StartClasses>,
+    /// Whether the prefilter is in use for the current stretch of text.
+    on: bool,
+    /// Candidates tried and bytes searched in the current stretch.
+    tried: usize,
+    searched: usize,
+}
+
+/// Bytes searched with the prefilter before its candidates' density is judged.
+const PROBE_BYTES: usize = 64 << 10;
+/// Bytes searched without it after a dense stretch, before it is probed again.
+const OFF_BYTES: usize = 1 << 20;
+
+impl<'r> StartSearch<'r> {
+    pub(crate) fn new(classes: Option<&'r StartClasses>) -> Self {
+        StartSearch {
+            classes,
+            on: true,
+            tried: 0,
+            searched: 0,
         }
-        tried += 1;
-        if tried > DENSE_AFTER && candidate - from < tried * DENSE_SPACING {
-            // Candidates everywhere (a text in capitals, say): one plain search from here is
-            // cheaper than an anchored one at each. Every match starting earlier was tried.
-            let rest = plain(cache, candidate);
-            return best.into_iter().chain(rest).min();
-        }
-        let input = Input::new(hay)
-            .range(candidate..)
-            .anchored(Anchored::Yes)
-            .earliest(true);
-        if let Some(m) = regex.search_half_with(cache, &input) {
-            best = Some(best.map_or(m.offset(), |end| end.min(m.offset())));
-        }
-        at = candidate + 1;
     }
-    best
+
+    /// The end of the earliest match of `regex` in `hay` at or after `from`, as the regex's
+    /// own search with `earliest` reports it.
+    pub(crate) fn earliest_end(
+        &mut self,
+        regex: &Regex,
+        cache: &mut Cache,
+        hay: &[u8],
+        from: usize,
+    ) -> Option<usize> {
+        let plain = |cache: &mut Cache, from: usize| {
+            let input = Input::new(hay).range(from..).earliest(true);
+            regex.search_half_with(cache, &input).map(|m| m.offset())
+        };
+        let Some(classes) = self.classes else {
+            return plain(cache, from);
+        };
+        self.searched += hay.len().saturating_sub(from);
+        if !self.on {
+            if self.searched >= OFF_BYTES {
+                (self.on, self.tried, self.searched) = (true, 0, 0);
+            }
+            return plain(cache, from);
+        }
+        let end = self.narrowed(classes, regex, cache, hay, from, plain);
+        if self.searched >= PROBE_BYTES {
+            self.on = self.tried * DENSE_SPACING <= self.searched;
+            (self.tried, self.searched) = (0, 0);
+        }
+        end
+    }
+
+    /// [`Self::earliest_end`] with the prefilter.
+    fn narrowed(
+        &mut self,
+        classes: &StartClasses,
+        regex: &Regex,
+        cache: &mut Cache,
+        hay: &[u8],
+        from: usize,
+        plain: impl Fn(&mut Cache, usize) -> Option<usize>,
+    ) -> Option<usize> {
+        // Each candidate's earliest end, anchored there. A later start may end sooner (another
+        // branch of the pattern), so candidates are tried up to the best end found; one at or
+        // past it cannot end before it (no match is empty).
+        let mut best: Option<usize> = None;
+        let mut at = from;
+        let mut tried = 0;
+        while let Some(candidate) = classes.find(hay, at) {
+            if best.is_some_and(|end| candidate >= end) {
+                break;
+            }
+            tried += 1;
+            self.tried += 1;
+            if tried > DENSE_AFTER && candidate - from < tried * DENSE_SPACING {
+                // Candidates everywhere in this text: one plain search from here is cheaper
+                // than an anchored one at each. Every match starting earlier was tried.
+                let rest = plain(cache, candidate);
+                return best.into_iter().chain(rest).min();
+            }
+            let input = Input::new(hay)
+                .range(candidate..)
+                .anchored(Anchored::Yes)
+                .earliest(true);
+            if let Some(m) = regex.search_half_with(cache, &input) {
+                best = Some(best.map_or(m.offset(), |end| end.min(m.offset())));
+            }
+            at = candidate + 1;
+        }
+        best
+    }
 }
 
 /// Whether `hir` has a literal anywhere.
@@ -372,10 +431,10 @@ mod tests {
         let start = classes(pattern).expect("start classes");
         let hay = b"xx AA then BB1 and Z";
         let mut cache = regex.create_cache();
-        let plain = earliest_end(&regex, &mut cache, None, hay, 0);
+        let plain = StartSearch::new(None).earliest_end(&regex, &mut cache, hay, 0);
         assert_eq!(plain, Some(14));
         assert_eq!(
-            earliest_end(&regex, &mut cache, Some(&start), hay, 0),
+            StartSearch::new(Some(&start)).earliest_end(&regex, &mut cache, hay, 0),
             plain
         );
     }
@@ -389,14 +448,59 @@ mod tests {
         let mut hay = b"ABCDEFGH".repeat(40);
         hay.extend_from_slice(b" XYZ 42");
         let mut cache = regex.create_cache();
+        let mut search = StartSearch::new(Some(&start));
         assert_eq!(
-            earliest_end(&regex, &mut cache, Some(&start), &hay, 0),
+            search.earliest_end(&regex, &mut cache, &hay, 0),
             Some(hay.len())
         );
         assert_eq!(
-            earliest_end(&regex, &mut cache, Some(&start), &hay[..320], 0),
+            search.earliest_end(&regex, &mut cache, &hay[..320], 0),
             None
         );
+    }
+
+    #[test]
+    fn a_dense_stretch_turns_the_prefilter_off_for_a_while_and_then_on_again() {
+        let pattern = r"[A-Z]{3}\s[0-9]{2}";
+        let regex = Regex::new(pattern).unwrap();
+        let start = classes(pattern).expect("start classes");
+        let mut cache = regex.create_cache();
+        let mut search = StartSearch::new(Some(&start));
+        let capitals = b"HTTP GET STATUS OK ".repeat(10);
+        let mut texts = 0;
+        while search.on {
+            assert_eq!(search.earliest_end(&regex, &mut cache, &capitals, 0), None);
+            texts += 1;
+        }
+        assert!(
+            texts * capitals.len() >= PROBE_BYTES,
+            "judged after a full probe"
+        );
+        // Off: the plain search, with the same answers.
+        let mut hit = capitals.clone();
+        hit.extend_from_slice(b"XYZ 42");
+        assert_eq!(
+            search.earliest_end(&regex, &mut cache, &hit, 0),
+            Some(hit.len())
+        );
+        while !search.on {
+            assert_eq!(search.earliest_end(&regex, &mut cache, &capitals, 0), None);
+        }
+        assert_eq!((search.tried, search.searched), (0, 0), "a new probe");
+    }
+
+    #[test]
+    fn sparse_candidates_keep_the_prefilter_on() {
+        let pattern = r"[A-Z]{3}\s[0-9]{2}";
+        let regex = Regex::new(pattern).unwrap();
+        let start = classes(pattern).expect("start classes");
+        let mut cache = regex.create_cache();
+        let mut search = StartSearch::new(Some(&start));
+        let prose = b"the request came back fine and the ABC cache was cold, ok. ".repeat(20);
+        for _ in 0..2 * PROBE_BYTES / prose.len() {
+            assert_eq!(search.earliest_end(&regex, &mut cache, &prose, 0), None);
+            assert!(search.on);
+        }
     }
 
     proptest! {
@@ -434,8 +538,8 @@ mod tests {
             let from = from.min(hay.len());
             let mut cache = regex.create_cache();
             prop_assert_eq!(
-                earliest_end(&regex, &mut cache, start.as_ref(), &hay, from),
-                earliest_end(&regex, &mut cache, None, &hay, from)
+                StartSearch::new(start.as_ref()).earliest_end(&regex, &mut cache, &hay, from),
+                StartSearch::new(None).earliest_end(&regex, &mut cache, &hay, from)
             );
         }
     }
