@@ -1,6 +1,8 @@
 //! Durability: a child process appends messages (one at a time and in batches) and prints each
 //! acknowledged id; the test kills it with SIGKILL at a random moment, reopens the store, and
-//! finds every acknowledged message intact. Repeated with several seeds.
+//! finds every acknowledged message intact. Repeated with several seeds. The same for imports
+//! of session files, whose sessions are created without a sync of their own (made durable by
+//! the import's append).
 //!
 //! The child is this same test binary, re-run with an environment variable that makes the test
 //! function play the child's part.
@@ -13,11 +15,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use lcm::core::message::{NewMessage, Role};
+use lcm::store::import::{ImportOptions, import_file};
 use lcm::store::{Store, StoreOptions};
 use lcm::{Encoding, MessageId, TokenCounter};
 
 const CHILD_ENV: &str = "LCM_DURABILITY_CHILD_STORE";
 const TEST_NAME: &str = "acknowledged_appends_survive_sigkill";
+const IMPORT_CHILD_ENV: &str = "LCM_DURABILITY_IMPORT_CHILD_STORE";
+const IMPORT_TEST_NAME: &str = "acknowledged_imports_survive_sigkill";
 
 fn options() -> StoreOptions {
     StoreOptions {
@@ -132,5 +137,115 @@ fn acknowledged_appends_survive_sigkill() {
             acked.len(),
             listed.len()
         );
+    }
+}
+
+/// Messages in each session file the import child writes.
+const LINES_PER_FILE: u64 = 3;
+
+/// The child of the import test: writes session file after session file (each a new session
+/// in lcm's JSONL format) next to the store, imports each, and prints `ack <n>` when the
+/// import returns.
+fn import_child(path: &str) {
+    let store = Store::open(path, options()).expect("child opens store");
+    let dir = std::path::Path::new(path).with_extension("files");
+    std::fs::create_dir_all(&dir).expect("files dir");
+    let mut out = std::io::stdout().lock();
+    for n in 0u64.. {
+        let file = dir.join(format!("{n}.jsonl"));
+        let lines: String = (0..LINES_PER_FILE)
+            .map(|k| {
+                format!(
+                    "{{\"session\":\"imported-{n}\",\"role\":\"user\",\"created_at\":\"2026-02-10T21:11:56Z\",\"key\":\"k{k}\",\"parts\":[{{\"type\":\"text\",\"text\":\"{}\"}}]}}\n",
+                    text_for(n * LINES_PER_FILE + k)
+                )
+            })
+            .collect();
+        std::fs::write(&file, lines).expect("write session file");
+        let report =
+            import_file(&store, &file, &ImportOptions::default(), |_, _| {}).expect("import");
+        assert_eq!(report.imported, LINES_PER_FILE);
+        writeln!(out, "ack {n}").expect("stdout");
+        out.flush().expect("flush");
+    }
+}
+
+#[test]
+fn acknowledged_imports_survive_sigkill() {
+    if let Ok(path) = std::env::var(IMPORT_CHILD_ENV) {
+        import_child(&path);
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    for seed in 1..=4u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("lcm.redb");
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                IMPORT_TEST_NAME,
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(IMPORT_CHILD_ENV, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(n) = line.strip_prefix("ack ")
+                    && tx.send(n.parse::<u64>().unwrap()).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut rng = common::SplitMix(seed);
+        let mut acked = vec![
+            rx.recv_timeout(Duration::from_secs(60))
+                .expect("child never imported"),
+        ];
+        let deadline = Instant::now() + Duration::from_millis(20 + rng.below(300));
+        while Instant::now() < deadline {
+            if let Ok(n) = rx.recv_timeout(Duration::from_millis(1)) {
+                acked.push(n);
+            }
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        reader.join().unwrap();
+        acked.extend(rx.try_iter());
+
+        let store = Store::open(&path, options()).unwrap();
+        for n in &acked {
+            let session = store
+                .session_id_for_key(&format!("imported-{n}"))
+                .unwrap()
+                .unwrap_or_else(|| panic!("seed {seed}: acknowledged session {n} lost"));
+            let texts: Vec<String> = store
+                .session_messages(session, 0..u64::MAX)
+                .unwrap()
+                .iter()
+                .map(|m| m.search_text().into_owned())
+                .collect();
+            let expected: Vec<String> = (0..LINES_PER_FILE)
+                .map(|k| text_for(n * LINES_PER_FILE + k))
+                .collect();
+            assert_eq!(texts, expected, "seed {seed}: session {n}");
+        }
+        // Every session the store holds, acknowledged or not, is whole: a session without its
+        // messages would be a session created by an import that never stored them.
+        for info in store.sessions().unwrap() {
+            assert_eq!(
+                info.message_count, LINES_PER_FILE,
+                "seed {seed}: {} holds {} messages",
+                info.key, info.message_count
+            );
+        }
+        eprintln!("seed {seed}: {} imports acknowledged", acked.len());
     }
 }

@@ -85,7 +85,8 @@ via_redb_error!(
     redb::TableError,
     redb::StorageError,
     redb::CommitError,
-    redb::CompactionError
+    redb::CompactionError,
+    redb::SetDurabilityError
 );
 
 impl From<tantivy::directory::error::OpenDirectoryError> for StoreError {

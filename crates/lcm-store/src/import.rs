@@ -370,7 +370,8 @@ impl<'a> Sink<'a> {
         let session = match self.sessions.get(&key) {
             Some(id) => *id,
             None => {
-                let id = self.store.ensure_session(&key)?;
+                // Made durable by the append of this message's batch (`flush`).
+                let id = self.store.ensure_session_for_append(&key)?;
                 self.sessions.insert(key.clone(), id);
                 self.per_session.entry(id).or_insert((key, 0, 0));
                 id

@@ -404,8 +404,19 @@ impl Store {
 
     /// Creates a session named `key` (unique), optionally the child of `parent`.
     pub fn create_session(&self, key: &str, parent: Option<SessionId>) -> Result<SessionId> {
+        self.create_session_with(key, parent, redb::Durability::Immediate)
+    }
+
+    /// [`Store::create_session`], committed with `durability`.
+    fn create_session_with(
+        &self,
+        key: &str,
+        parent: Option<SessionId>,
+        durability: redb::Durability,
+    ) -> Result<SessionId> {
         validate_session_key(key)?;
-        let txn = self.db.begin_write()?;
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(durability)?;
         let id = {
             let mut keys = txn.open_table(tables::SESSION_KEYS)?;
             if keys.get(key)?.is_some() {
@@ -438,10 +449,22 @@ impl Store {
 
     /// The session named `key`, created if it does not exist yet.
     pub fn ensure_session(&self, key: &str) -> Result<SessionId> {
+        self.ensure_session_with(key, redb::Durability::Immediate)
+    }
+
+    /// [`Store::ensure_session`] for a caller about to append to the session: a new session is
+    /// committed without a sync of its own and becomes durable with the next durable commit,
+    /// the caller's append (a crash before it leaves neither the session nor its messages).
+    /// An import of many small session files makes one sync a file instead of two.
+    pub fn ensure_session_for_append(&self, key: &str) -> Result<SessionId> {
+        self.ensure_session_with(key, redb::Durability::None)
+    }
+
+    fn ensure_session_with(&self, key: &str, durability: redb::Durability) -> Result<SessionId> {
         if let Some(id) = self.session_id_for_key(key)? {
             return Ok(id);
         }
-        match self.create_session(key, None) {
+        match self.create_session_with(key, None, durability) {
             Err(StoreError::SessionExists(_)) => self
                 .session_id_for_key(key)?
                 .ok_or_else(|| StoreError::SessionKeyNotFound(key.to_owned())),
