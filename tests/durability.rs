@@ -10,6 +10,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -70,49 +71,15 @@ fn acknowledged_appends_survive_sigkill() {
         child(&path);
         return;
     }
-    let exe = std::env::current_exe().unwrap();
     for seed in 1..=6u64 {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("lcm.redb");
-        let mut child = Command::new(&exe)
-            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.strip_prefix("ack ") {
-                    let mut it = rest.split(' ');
-                    let id: u64 = it.next().unwrap().parse().unwrap();
-                    let n: u64 = it.next().unwrap().parse().unwrap();
-                    if tx.send((id, n)).is_err() {
-                        break;
-                    }
-                }
-            }
+        let acked = acknowledged_before_sigkill(TEST_NAME, CHILD_ENV, &path, seed, |rest| {
+            let mut it = rest.split(' ');
+            let id: u64 = it.next()?.parse().ok()?;
+            let n: u64 = it.next()?.parse().ok()?;
+            Some((id, n))
         });
-        // Wait for the child to be appending, then kill it at a seeded random moment.
-        let mut rng = common::SplitMix(seed);
-        let mut acked = Vec::new();
-        let first = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("child never appended");
-        acked.push(first);
-        let deadline = Instant::now() + Duration::from_millis(20 + rng.below(400));
-        while Instant::now() < deadline {
-            if let Ok(ack) = rx.recv_timeout(Duration::from_millis(1)) {
-                acked.push(ack);
-            }
-        }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        reader.join().unwrap();
-        acked.extend(rx.try_iter());
 
         let store = Store::open(&path, options()).unwrap();
         for (id, n) in &acked {
@@ -176,49 +143,13 @@ fn acknowledged_imports_survive_sigkill() {
         import_child(&path);
         return;
     }
-    let exe = std::env::current_exe().unwrap();
     for seed in 1..=4u64 {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("lcm.redb");
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                IMPORT_TEST_NAME,
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(IMPORT_CHILD_ENV, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(n) = line.strip_prefix("ack ")
-                    && tx.send(n.parse::<u64>().unwrap()).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        let mut rng = common::SplitMix(seed);
-        let mut acked = vec![
-            rx.recv_timeout(Duration::from_secs(60))
-                .expect("child never imported"),
-        ];
-        let deadline = Instant::now() + Duration::from_millis(20 + rng.below(300));
-        while Instant::now() < deadline {
-            if let Ok(n) = rx.recv_timeout(Duration::from_millis(1)) {
-                acked.push(n);
-            }
-        }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        reader.join().unwrap();
-        acked.extend(rx.try_iter());
+        let acked =
+            acknowledged_before_sigkill(IMPORT_TEST_NAME, IMPORT_CHILD_ENV, &path, seed, |n| {
+                n.parse::<u64>().ok()
+            });
 
         let store = Store::open(&path, options()).unwrap();
         for n in &acked {
@@ -248,4 +179,54 @@ fn acknowledged_imports_survive_sigkill() {
         }
         eprintln!("seed {seed}: {} imports acknowledged", acked.len());
     }
+}
+
+/// Runs this test binary again as the child of test `test` (with `env` naming the store at
+/// `path`), gathers what it acknowledges (`ack <rest>` lines, read by `parse`) and kills it with
+/// SIGKILL at a seeded random moment after its first acknowledgement.
+fn acknowledged_before_sigkill<T: Send + 'static>(
+    test: &str,
+    env: &str,
+    path: &Path,
+    seed: u64,
+    parse: fn(&str) -> Option<T>,
+) -> Vec<T> {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(&exe)
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(env, path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(ack) = line.strip_prefix("ack ") {
+                let ack = parse(ack).unwrap_or_else(|| panic!("unreadable ack: {line}"));
+                if tx.send(ack).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    // Wait for the child to be working, then kill it at a seeded random moment.
+    let mut rng = common::SplitMix(seed);
+    let mut acked = vec![
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the child never acknowledged anything"),
+    ];
+    let deadline = Instant::now() + Duration::from_millis(20 + rng.below(400));
+    while Instant::now() < deadline {
+        if let Ok(ack) = rx.recv_timeout(Duration::from_millis(1)) {
+            acked.push(ack);
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    reader.join().unwrap();
+    acked.extend(rx.try_iter());
+    acked
 }
