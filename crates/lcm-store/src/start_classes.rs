@@ -39,10 +39,12 @@ pub(crate) struct StartClasses {
     positions: Vec<Position>,
 }
 
-/// The bytes allowed at one position: up to [`MAX_RANGES`] inclusive ranges of ASCII bytes.
+/// The bytes allowed at one position: up to [`MAX_RANGES`] inclusive ranges of ASCII bytes,
+/// and every byte of 0x80 and above if `high` (a class with non-ASCII members, `\d` say).
 #[derive(Debug, Clone, PartialEq)]
 struct Position {
     ranges: Vec<(u8, u8)>,
+    high: bool,
 }
 
 /// A byte repeated in every byte of a word.
@@ -51,13 +53,14 @@ const fn splat(b: u8) -> u64 {
 }
 
 impl Position {
-    /// The high bit of each byte of `word` that is in this position's ranges (exact for every
-    /// byte: a byte of 0x80 or more is never in an ASCII range).
+    /// The high bit of each byte of `word` that is in this position (exact for every byte: a
+    /// byte of 0x80 or more is never in an ASCII range).
     #[inline]
     fn mask(&self, word: u64) -> u64 {
         let low = word & splat(0x7f);
         let ascii = !word & splat(0x80);
-        self.ranges.iter().fold(0, |mask, &(lo, hi)| {
+        let high = if self.high { word & splat(0x80) } else { 0 };
+        self.ranges.iter().fold(high, |mask, &(lo, hi)| {
             // Per byte b < 0x80: (0x80 + hi - b) has its high bit iff b <= hi, and
             // (b + 0x80 - lo) iff b >= lo; neither borrows nor carries into the next byte.
             let below_or_at_hi = splat(0x80 + hi).wrapping_sub(low);
@@ -67,7 +70,7 @@ impl Position {
     }
 
     fn contains(&self, b: u8) -> bool {
-        self.ranges.iter().any(|&(lo, hi)| lo <= b && b <= hi)
+        (self.high && b >= 0x80) || self.ranges.iter().any(|&(lo, hi)| lo <= b && b <= hi)
     }
 }
 
@@ -274,23 +277,26 @@ fn fixed_prefix(hir: &Hir, out: &mut Vec<ByteSet>) -> bool {
             true
         }
         HirKind::Class(Class::Unicode(class)) => {
-            // A class of ASCII characters is one byte; any other spans a varying number.
-            if class.ranges().iter().any(|r| !r.end().is_ascii()) {
-                return false;
-            }
-            let mut set = [false; 256];
-            for range in class.ranges() {
-                for b in range.start() as u8..=range.end() as u8 {
-                    set[usize::from(b)] = true;
-                }
-            }
-            out.push(set);
-            true
+            out.push(unicode_class_bytes(class));
+            // A class of ASCII characters is one byte; any other spans a varying number, so
+            // the positions after it are unknown.
+            class.ranges().iter().all(|r| r.end().is_ascii())
         }
         HirKind::Capture(capture) => fixed_prefix(&capture.sub, out),
         HirKind::Concat(subs) => subs.iter().all(|sub| fixed_prefix(sub, out)),
         HirKind::Repetition(rep) => {
             if rep.min == 0 {
+                return false;
+            }
+            if let HirKind::Class(Class::Unicode(class)) = rep.sub.kind()
+                && class.ranges().iter().any(|r| !r.end().is_ascii())
+            {
+                // Every byte of the first `min` characters of such a class is an ASCII member
+                // or a byte of a longer character: the first `min` bytes are, whatever the
+                // widths. Past them, nothing is known.
+                let set = unicode_class_bytes(class);
+                let room = MAX_POSITIONS - out.len();
+                out.extend(std::iter::repeat_n(set, room.min(rep.min as usize)));
                 return false;
             }
             for _ in 0..rep.min {
@@ -326,9 +332,35 @@ fn fixed_prefix(hir: &Hir, out: &mut Vec<ByteSet>) -> bool {
     }
 }
 
-/// `set` as at most [`MAX_RANGES`] ranges of ASCII bytes, or `None`.
+/// The bytes a character of `class` can start with, and every byte of 0x80 and above when it
+/// has non-ASCII members (the bytes of a longer character).
+fn unicode_class_bytes(class: &regex_syntax::hir::ClassUnicode) -> ByteSet {
+    let mut set = [false; 256];
+    for range in class.ranges() {
+        if range.start().is_ascii() {
+            let end = if range.end().is_ascii() {
+                range.end() as u8
+            } else {
+                0x7f
+            };
+            for b in range.start() as u8..=end {
+                set[usize::from(b)] = true;
+            }
+        }
+        if !range.end().is_ascii() {
+            for b in &mut set[0x80..] {
+                *b = true;
+            }
+        }
+    }
+    set
+}
+
+/// `set` as at most [`MAX_RANGES`] ranges of ASCII bytes, plus every byte of 0x80 and above if
+/// it has them all; `None` if it is neither.
 fn ascii_ranges(set: &ByteSet) -> Option<Position> {
-    if set[0x80..].iter().any(|&b| b) {
+    let high = set[0x80..].iter().all(|&b| b);
+    if !high && set[0x80..].iter().any(|&b| b) {
         return None;
     }
     let mut ranges: Vec<(u8, u8)> = Vec::new();
@@ -341,13 +373,16 @@ fn ascii_ranges(set: &ByteSet) -> Option<Position> {
             _ => ranges.push((b, b)),
         }
     }
-    (!ranges.is_empty() && ranges.len() <= MAX_RANGES).then_some(Position { ranges })
+    ((!ranges.is_empty() || high) && ranges.len() <= MAX_RANGES)
+        .then_some(Position { ranges, high })
 }
 
 /// A rough share of the bytes of English prose and code in `position`'s class: lower-case
 /// letters and spaces are common, capitals and digits rare.
 fn typical_share(position: &Position) -> f64 {
-    position
+    // Non-ASCII bytes: box drawing, arrows, emoji and accents in mostly English transcripts.
+    let high = if position.high { 0.01 } else { 0.0 };
+    high + position
         .ranges
         .iter()
         .flat_map(|&(lo, hi)| lo..=hi)
@@ -360,7 +395,7 @@ fn typical_share(position: &Position) -> f64 {
             0x21..=0x7e => 0.003,
             _ => 0.0001,
         })
-        .sum()
+        .sum::<f64>()
 }
 
 #[cfg(test)]
@@ -375,6 +410,13 @@ mod tests {
     fn ranges(pattern: &str) -> Vec<Vec<(u8, u8)>> {
         classes(pattern)
             .map(|c| c.positions.into_iter().map(|p| p.ranges).collect())
+            .unwrap_or_default()
+    }
+
+    /// Which positions also take every byte of 0x80 and above.
+    fn high(pattern: &str) -> Vec<bool> {
+        classes(pattern)
+            .map(|c| c.positions.into_iter().map(|p| p.high).collect())
             .unwrap_or_default()
     }
 
@@ -395,19 +437,42 @@ mod tests {
         );
         // A literal: the regex engine has a better prefilter.
         assert!(classes(r"[A-Z]{3}_\d{5}").is_none());
-        // Common classes, an optional start, a non-ASCII class, an empty match: none.
+        // Common classes, an optional start, an empty match: none.
         assert!(classes(r"[a-z]{3}").is_none());
         assert!(classes(r"[A-Z]").is_none());
         assert!(classes(r"[A-Z]?[A-Z]{3}").is_none());
-        assert!(classes(r"\d{3}").is_none());
         assert!(classes(r"[A-Z]*").is_none());
     }
 
     #[test]
+    fn a_class_with_wider_characters_takes_every_high_byte_and_ends_what_is_known() {
+        // Unicode `\d`: ASCII digits or any byte of a longer digit, for as many bytes as the
+        // pattern has digits at least.
+        assert_eq!(ranges(r"\d{5}"), vec![vec![(b'0', b'9')]; 3]);
+        assert_eq!(high(r"\d{5}"), vec![true; 3]);
+        assert_eq!(
+            ranges(r"[A-Z]{2}\d\d"),
+            vec![vec![(b'A', b'Z')], vec![(b'A', b'Z')], vec![(b'0', b'9')]]
+        );
+        assert_eq!(high(r"[A-Z]{2}\d\d"), vec![false, false, true]);
+        // After one such character the next byte may still be part of it: `[A-Z]` is not
+        // taken, and one digit position alone is too common.
+        assert!(classes(r"\d[A-Z]{2}").is_none());
+        assert!(classes(r"(?-u:\d)[A-Z]{2}").is_some());
+    }
+
+    #[test]
     fn the_word_mask_is_exact_for_every_byte() {
-        let position = Position {
-            ranges: vec![(0, 3), (b'A', b'Z'), (0x7d, 0x7f)],
-        };
+        for high in [false, true] {
+            let position = Position {
+                ranges: vec![(0, 3), (b'A', b'Z'), (0x7d, 0x7f)],
+                high,
+            };
+            check_every_byte(&position);
+        }
+    }
+
+    fn check_every_byte(position: &Position) {
         for b in 0..=255u8 {
             let word = u64::from_le_bytes([b'a', b, 0xff, b, 0x80, b, b'z', b]);
             let expected = (0..8).fold(0u64, |m, k| {
@@ -511,9 +576,9 @@ mod tests {
         ) {
             let start = StartClasses {
                 positions: vec![
-                    Position { ranges: vec![(b'A', b'Z')] },
-                    Position { ranges: vec![(b'0', b'9'), (b'A', b'Z')] },
-                    Position { ranges: vec![(b'Z', b'Z'), (b'0', b'0')] },
+                    Position { ranges: vec![(b'A', b'Z')], high: false },
+                    Position { ranges: vec![(b'0', b'9'), (b'A', b'Z')], high: true },
+                    Position { ranges: vec![(b'Z', b'Z'), (b'0', b'0')], high: false },
                 ],
             };
             let from = from.min(hay.len());
@@ -523,9 +588,12 @@ mod tests {
 
         #[test]
         fn earliest_end_agrees_with_the_regex(
-            hay in prop::collection::vec(prop::sample::select(&b"aAB12 _\nZ"[..]), 0..120),
+            // 0xd9 0xa3 is U+0663, an Arabic-Indic digit three: `\d` but not ASCII.
+            hay in prop::collection::vec(prop::sample::select(&b"aAB12 _\nZ\xd9\xa3"[..]), 0..120),
             pattern in prop::sample::select(&[
                 r"[A-Z]{2}[0-9]",
+                r"\d{3}",
+                r"[A-Z]\d{2}[A-Z]",
                 r"\b[A-Z][0-9]{2}",
                 r"[A-Z]{2}\s|[A-Z]{3}[0-9]",
                 r"[A-Z][A-Z][^YZ]*[YZ]|[A-Z][A-Z][0-9]",
