@@ -205,7 +205,7 @@ fn regex_grep(
         &regex,
         config.snippet_chars,
         searchable_by_row(&hir),
-        start.as_ref(),
+        StartSearch::new(start.as_ref()),
     );
     let mut collector = HitCollector::new(tester, limit);
 
@@ -526,11 +526,11 @@ impl<'r> RecordTester<'r> {
         regex: &'r BytesRegex,
         snippet_chars: usize,
         by_row: bool,
-        start: Option<&'r StartClasses>,
+        start: StartSearch<'r>,
     ) -> Self {
         RecordTester {
             regex,
-            start: StartSearch::new(start),
+            start,
             cache: regex.create_cache(),
             snippet_chars,
             joined_bytes: Vec::new(),
@@ -542,10 +542,12 @@ impl<'r> RecordTester<'r> {
 
     /// A tester of the same regex for another thread (caches are per thread).
     fn for_another_thread(&self) -> Self {
-        RecordTester {
-            start: self.start.clone(),
-            ..Self::new(self.regex, self.snippet_chars, self.by_row, None)
-        }
+        Self::new(
+            self.regex,
+            self.snippet_chars,
+            self.by_row,
+            self.start.clone(),
+        )
     }
 
     /// [`Self::test`] for a message met in a walk over whole rows. In a pack, for a regex

@@ -87,7 +87,7 @@ impl StartClasses {
         let positions: Vec<Position> = sets
             .into_iter()
             .take(MAX_POSITIONS)
-            .map_while(|set| ascii_ranges(&set))
+            .map_while(|set| position_of(&set))
             .collect();
         let rate: f64 = positions.iter().map(typical_share).product();
         (!positions.is_empty() && rate <= MAX_CANDIDATE_RATE).then_some(StartClasses { positions })
@@ -171,21 +171,17 @@ impl<'r> StartSearch<'r> {
         hay: &[u8],
         from: usize,
     ) -> Option<usize> {
-        let plain = |cache: &mut Cache, from: usize| {
-            let input = Input::new(hay).range(from..).earliest(true);
-            regex.search_half_with(cache, &input).map(|m| m.offset())
-        };
         let Some(classes) = self.classes else {
-            return plain(cache, from);
+            return plain_earliest_end(regex, cache, hay, from);
         };
         self.searched += hay.len().saturating_sub(from);
         if !self.on {
             if self.searched >= OFF_BYTES {
                 (self.on, self.tried, self.searched) = (true, 0, 0);
             }
-            return plain(cache, from);
+            return plain_earliest_end(regex, cache, hay, from);
         }
-        let end = self.narrowed(classes, regex, cache, hay, from, plain);
+        let end = self.narrowed(classes, regex, cache, hay, from);
         if self.searched >= PROBE_BYTES {
             self.on = self.tried * DENSE_SPACING <= self.searched;
             (self.tried, self.searched) = (0, 0);
@@ -201,7 +197,6 @@ impl<'r> StartSearch<'r> {
         cache: &mut Cache,
         hay: &[u8],
         from: usize,
-        plain: impl Fn(&mut Cache, usize) -> Option<usize>,
     ) -> Option<usize> {
         // Each candidate's earliest end, anchored there. A later start may end sooner (another
         // branch of the pattern), so candidates are tried up to the best end found; one at or
@@ -218,7 +213,7 @@ impl<'r> StartSearch<'r> {
             if tried > DENSE_AFTER && candidate - from < tried * DENSE_SPACING {
                 // Candidates everywhere in this text: one plain search from here is cheaper
                 // than an anchored one at each. Every match starting earlier was tried.
-                let rest = plain(cache, candidate);
+                let rest = plain_earliest_end(regex, cache, hay, candidate);
                 return best.into_iter().chain(rest).min();
             }
             let input = Input::new(hay)
@@ -232,6 +227,12 @@ impl<'r> StartSearch<'r> {
         }
         best
     }
+}
+
+/// The regex's own search for the earliest end of a match in `hay` at or after `from`.
+fn plain_earliest_end(regex: &Regex, cache: &mut Cache, hay: &[u8], from: usize) -> Option<usize> {
+    let input = Input::new(hay).range(from..).earliest(true);
+    regex.search_half_with(cache, &input).map(|m| m.offset())
 }
 
 /// Whether `hir` has a literal anywhere.
@@ -258,14 +259,8 @@ fn fixed_prefix(hir: &Hir, out: &mut Vec<ByteSet>) -> bool {
     match hir.kind() {
         // Zero-width: transparent.
         HirKind::Empty | HirKind::Look(_) => true,
-        HirKind::Literal(literal) => {
-            for &b in literal.0.iter() {
-                let mut set = [false; 256];
-                set[usize::from(b)] = true;
-                out.push(set);
-            }
-            true
-        }
+        // Patterns with a literal are refused before (`has_literal`).
+        HirKind::Literal(_) => false,
         HirKind::Class(Class::Bytes(class)) => {
             let mut set = [false; 256];
             for range in class.ranges() {
@@ -280,7 +275,7 @@ fn fixed_prefix(hir: &Hir, out: &mut Vec<ByteSet>) -> bool {
             out.push(unicode_class_bytes(class));
             // A class of ASCII characters is one byte; any other spans a varying number, so
             // the positions after it are unknown.
-            class.ranges().iter().all(|r| r.end().is_ascii())
+            !has_wider_characters(class)
         }
         HirKind::Capture(capture) => fixed_prefix(&capture.sub, out),
         HirKind::Concat(subs) => subs.iter().all(|sub| fixed_prefix(sub, out)),
@@ -289,7 +284,7 @@ fn fixed_prefix(hir: &Hir, out: &mut Vec<ByteSet>) -> bool {
                 return false;
             }
             if let HirKind::Class(Class::Unicode(class)) = rep.sub.kind()
-                && class.ranges().iter().any(|r| !r.end().is_ascii())
+                && has_wider_characters(class)
             {
                 // Every byte of the first `min` characters of such a class is an ASCII member
                 // or a byte of a longer character: the first `min` bytes are, whatever the
@@ -332,6 +327,11 @@ fn fixed_prefix(hir: &Hir, out: &mut Vec<ByteSet>) -> bool {
     }
 }
 
+/// Whether `class` has members longer than one byte.
+fn has_wider_characters(class: &regex_syntax::hir::ClassUnicode) -> bool {
+    class.ranges().iter().any(|r| !r.end().is_ascii())
+}
+
 /// The bytes a character of `class` can start with, and every byte of 0x80 and above when it
 /// has non-ASCII members (the bytes of a longer character).
 fn unicode_class_bytes(class: &regex_syntax::hir::ClassUnicode) -> ByteSet {
@@ -356,9 +356,9 @@ fn unicode_class_bytes(class: &regex_syntax::hir::ClassUnicode) -> ByteSet {
     set
 }
 
-/// `set` as at most [`MAX_RANGES`] ranges of ASCII bytes, plus every byte of 0x80 and above if
-/// it has them all; `None` if it is neither.
-fn ascii_ranges(set: &ByteSet) -> Option<Position> {
+/// `set` as a [`Position`]: at most [`MAX_RANGES`] ranges of ASCII bytes, plus every byte of
+/// 0x80 and above if it has them all; `None` if it is neither.
+fn position_of(set: &ByteSet) -> Option<Position> {
     let high = set[0x80..].iter().all(|&b| b);
     if !high && set[0x80..].iter().any(|&b| b) {
         return None;
@@ -405,6 +405,12 @@ mod tests {
 
     fn classes(pattern: &str) -> Option<StartClasses> {
         StartClasses::of(&regex_syntax::parse(pattern).unwrap())
+    }
+
+    /// `pattern`'s regex and start classes (which it must have).
+    fn compiled(pattern: &str) -> (Regex, StartClasses) {
+        let regex = Regex::new(pattern).unwrap();
+        (regex, classes(pattern).expect("start classes"))
     }
 
     fn ranges(pattern: &str) -> Vec<Vec<(u8, u8)>> {
@@ -492,8 +498,7 @@ mod tests {
         // From the first candidate (`AA`) the match runs to the `Z`; the later `BB` ends
         // sooner, as the regex's own search says.
         let pattern = r"[A-Z][A-Z][^YZ]*[YZ]|[A-Z][A-Z][0-9]";
-        let regex = Regex::new(pattern).unwrap();
-        let start = classes(pattern).expect("start classes");
+        let (regex, start) = compiled(pattern);
         let hay = b"xx AA then BB1 and Z";
         let mut cache = regex.create_cache();
         let plain = StartSearch::new(None).earliest_end(&regex, &mut cache, hay, 0);
@@ -508,8 +513,7 @@ mod tests {
     fn dense_candidates_hand_over_to_the_plain_search() {
         // Capitals everywhere: past the first candidates, one plain search finds the match.
         let pattern = r"[A-Z]{3}\s[0-9]{2}";
-        let regex = Regex::new(pattern).unwrap();
-        let start = classes(pattern).expect("start classes");
+        let (regex, start) = compiled(pattern);
         let mut hay = b"ABCDEFGH".repeat(40);
         hay.extend_from_slice(b" XYZ 42");
         let mut cache = regex.create_cache();
@@ -527,8 +531,7 @@ mod tests {
     #[test]
     fn a_dense_stretch_turns_the_prefilter_off_for_a_while_and_then_on_again() {
         let pattern = r"[A-Z]{3}\s[0-9]{2}";
-        let regex = Regex::new(pattern).unwrap();
-        let start = classes(pattern).expect("start classes");
+        let (regex, start) = compiled(pattern);
         let mut cache = regex.create_cache();
         let mut search = StartSearch::new(Some(&start));
         let capitals = b"HTTP GET STATUS OK ".repeat(10);
@@ -557,8 +560,7 @@ mod tests {
     #[test]
     fn sparse_candidates_keep_the_prefilter_on() {
         let pattern = r"[A-Z]{3}\s[0-9]{2}";
-        let regex = Regex::new(pattern).unwrap();
-        let start = classes(pattern).expect("start classes");
+        let (regex, start) = compiled(pattern);
         let mut cache = regex.create_cache();
         let mut search = StartSearch::new(Some(&start));
         let prose = b"the request came back fine and the ABC cache was cold, ok. ".repeat(20);

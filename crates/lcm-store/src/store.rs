@@ -538,9 +538,9 @@ impl Store {
         };
         let pipeline = prepare_pipeline(messages, self.counter);
         self.write_append(total, |tables| {
-            pipeline.run(threads, |(chunk, counts)| {
-                for ((session, m), token_count) in chunk.into_iter().zip(counts) {
-                    tables.add(encode_message(session, m, token_count))?;
+            pipeline.run(threads, |counted| {
+                for p in encode_counted(counted) {
+                    tables.add(p)?;
                 }
                 Ok(())
             })
@@ -603,13 +603,8 @@ impl Store {
                 .collect();
         };
         let mut prepared = Vec::with_capacity(messages.len());
-        let collected = prepare_pipeline(messages, counter).run(threads, |(chunk, counts)| {
-            prepared.extend(
-                chunk
-                    .into_iter()
-                    .zip(counts)
-                    .map(|((session, m), token_count)| encode_message(session, m, token_count)),
-            );
+        let collected = prepare_pipeline(messages, counter).run(threads, |counted| {
+            prepared.extend(encode_counted(counted));
             Ok::<(), std::convert::Infallible>(())
         });
         match collected {
@@ -1018,6 +1013,14 @@ type Incoming = (SessionId, NewMessage);
 
 /// A chunk of messages handed back with their token counts, in order.
 type Counted = (Vec<Incoming>, Vec<u32>);
+
+/// The records of a counted chunk, encoded in order (on the thread that frees the messages).
+fn encode_counted((chunk, counts): Counted) -> impl Iterator<Item = Prepared> {
+    chunk
+        .into_iter()
+        .zip(counts)
+        .map(|((session, m), token_count)| encode_message(session, m, token_count))
+}
 
 /// A large append's messages in chunks of [`PIPELINE_CHUNK`], their tokens counted on the helper
 /// pool and the writing thread ([`OrderedPipeline`]), handed back to the writer in order with
