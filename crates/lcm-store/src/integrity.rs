@@ -1695,37 +1695,14 @@ fn reconcile(
 ) -> Result<()> {
     // session_runs rows of sessions that do not exist.
     if f.seen_session_runs != t.session_runs.len()? {
-        let mut stray: Option<(u64, u64)> = None;
-        for entry in t.session_runs.iter()? {
-            let (key, _) = entry?;
-            let s = key.value().0;
-            match &mut stray {
-                Some((cur, n)) if *cur == s => *n += 1,
-                _ => {
-                    if let Some((cur, n)) = stray.take() {
-                        report_unknown_session_rows(
-                            f,
-                            ViolationKind::SessionIndexMismatch,
-                            cur,
-                            n,
-                            "message list",
-                        );
-                    }
-                    if t.sessions.get(s)?.is_none() {
-                        stray = Some((s, 1));
-                    }
-                }
-            }
-        }
-        if let Some((cur, n)) = stray {
-            report_unknown_session_rows(
-                f,
-                ViolationKind::SessionIndexMismatch,
-                cur,
-                n,
-                "message list",
-            );
-        }
+        let sessions = t.session_runs.iter()?.map(|entry| Ok(entry?.0.value().0));
+        report_rows_of_unknown_sessions(
+            t,
+            f,
+            sessions,
+            ViolationKind::SessionIndexMismatch,
+            "message list",
+        )?;
     }
 
     // Messages: ids 0..next_message, each reached through its own (session, seq) entry.
@@ -1845,37 +1822,17 @@ fn reconcile(
 
     // session_summaries rows of sessions that do not exist.
     if f.seen_session_summaries != t.session_summaries.len()? {
-        let mut stray: Option<(u64, u64)> = None;
-        for entry in t.session_summaries.iter()? {
-            let (key, _) = entry?;
-            let s = key.value().0;
-            match &mut stray {
-                Some((cur, n)) if *cur == s => *n += 1,
-                _ => {
-                    if let Some((cur, n)) = stray.take() {
-                        report_unknown_session_rows(
-                            f,
-                            ViolationKind::SessionSummaryMismatch,
-                            cur,
-                            n,
-                            "summary list",
-                        );
-                    }
-                    if t.sessions.get(s)?.is_none() {
-                        stray = Some((s, 1));
-                    }
-                }
-            }
-        }
-        if let Some((cur, n)) = stray {
-            report_unknown_session_rows(
-                f,
-                ViolationKind::SessionSummaryMismatch,
-                cur,
-                n,
-                "summary list",
-            );
-        }
+        let sessions = t
+            .session_summaries
+            .iter()?
+            .map(|entry| Ok(entry?.0.value().0));
+        report_rows_of_unknown_sessions(
+            t,
+            f,
+            sessions,
+            ViolationKind::SessionSummaryMismatch,
+            "summary list",
+        )?;
     }
 
     // Summaries not listed under their session.
@@ -1992,13 +1949,47 @@ fn reconcile(
     Ok(())
 }
 
-fn report_unknown_session_rows(f: &mut Findings, kind: ViolationKind, s: u64, n: u64, what: &str) {
-    f.push(
-        kind,
-        SessionId(s),
-        format!("its {what} has {n} rows but the session does not exist; {RESTORE}"),
-        None,
-    );
+/// Reports the rows of a per-session table whose session does not exist, one finding per such
+/// session with its number of rows. `row_sessions` gives each row's session in key order (the
+/// rows of one session together).
+fn report_rows_of_unknown_sessions(
+    t: &Tables,
+    f: &mut Findings,
+    row_sessions: impl Iterator<Item = Result<u64>>,
+    kind: ViolationKind,
+    what: &str,
+) -> Result<()> {
+    let report = |f: &mut Findings, s: u64, n: u64| {
+        f.push(
+            kind,
+            SessionId(s),
+            format!("its {what} has {n} rows but the session does not exist; {RESTORE}"),
+            None,
+        );
+    };
+    // The session of the current run of rows, and how many rows it has if it does not exist.
+    let mut current: Option<(u64, Option<u64>)> = None;
+    for s in row_sessions {
+        let s = s?;
+        match &mut current {
+            Some((cur, stray)) if *cur == s => {
+                if let Some(n) = stray {
+                    *n += 1;
+                }
+            }
+            _ => {
+                if let Some((cur, Some(n))) = current.take() {
+                    report(f, cur, n);
+                }
+                let missing = t.sessions.get(s)?.is_none();
+                current = Some((s, missing.then_some(1)));
+            }
+        }
+    }
+    if let Some((cur, Some(n))) = current {
+        report(f, cur, n);
+    }
+    Ok(())
 }
 
 /// Reports message ids `from..to` as missing (one violation per gap), unless each was reported.

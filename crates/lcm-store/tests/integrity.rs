@@ -629,6 +629,33 @@ fn session_index_entry_of_an_unknown_session() {
 }
 
 #[test]
+fn rows_of_unknown_sessions_are_reported_once_per_session_with_their_count() {
+    // Two rows of ses_98 and three of ses_99 after the rows of existing sessions: one
+    // violation per unknown session, saying how many rows it has.
+    let (_dir, path, fx) = fixture();
+    raw_write(&path, |txn| {
+        let mut runs = txn.open_table(tables::SESSION_RUNS).unwrap();
+        for (session, seq) in [(98, 0), (98, 5), (99, 0), (99, 7), (99, 9)] {
+            runs.insert((session, seq), (fx.b[3].0, 1)).unwrap();
+        }
+    });
+    let store = open(&path);
+    let report = check(&store, None).unwrap();
+    let mut found: Vec<(String, String)> = report
+        .violations
+        .iter()
+        .filter(|v| v.kind == ViolationKind::SessionIndexMismatch)
+        .map(|v| (v.subject.clone(), v.detail.clone()))
+        .collect();
+    found.sort();
+    assert_eq!(found.len(), 2, "{report:#?}");
+    assert_eq!(found[0].0, "ses_98");
+    assert!(found[0].1.contains("has 2 rows"), "{}", found[0].1);
+    assert_eq!(found[1].0, "ses_99");
+    assert!(found[1].1.contains("has 3 rows"), "{}", found[1].1);
+}
+
+#[test]
 fn session_index_entries_swapped() {
     run_case(
         |txn, fx| {
