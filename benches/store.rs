@@ -124,6 +124,9 @@ fn fixture() -> &'static Fixture {
                 + size(&tmp.path().join("baseline.sqlite-wal"))) as f64
                 / 1e6
         );
+        // SQLite with `synchronous=NORMAL` leaves its writes to the kernel; flushed later, they
+        // would compete with the syncs of whatever is measured next (lcm's, not SQLite's).
+        sync_tree(tmp.path());
         Fixture {
             tmp,
             dir,
@@ -148,6 +151,20 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
+/// Makes every file below `dir` durable, so that no write of a benchmark's setup is still
+/// waiting for the disk when the measurements start.
+fn sync_tree(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sync_tree(&path);
+        } else if let Ok(file) = std::fs::File::open(&path) {
+            // A file removed meanwhile (a merge's leftovers) has nothing to sync.
+            file.sync_all().expect("sync");
+        }
+    }
+}
+
 fn walk_size(p: &std::path::Path) -> u64 {
     match std::fs::metadata(p) {
         Ok(m) if m.is_file() => m.len(),
@@ -167,6 +184,9 @@ fn ingest(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(5));
     let mut next = f.n + TAIL;
     group.throughput(Throughput::Elements(1_000));
+    // Before each case, whatever the one before left for the disk to write (SQLite `NORMAL`
+    // leaves all of it) is written, so that no case pays for another's writes.
+    sync_tree(f.tmp.path());
     group.bench_function("lcm/append_batch_1000", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -196,6 +216,7 @@ fn ingest(c: &mut Criterion) {
         ("sqlite_full/insert_batch_1000", "FULL"),
     ] {
         sqlite.set_synchronous(synchronous);
+        sync_tree(f.tmp.path());
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -213,6 +234,7 @@ fn ingest(c: &mut Criterion) {
         });
     }
     group.throughput(Throughput::Elements(1));
+    sync_tree(f.tmp.path());
     group.bench_function("lcm/append_single_durable", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -231,6 +253,7 @@ fn ingest(c: &mut Criterion) {
         ("sqlite_full/insert_single", "FULL"),
     ] {
         sqlite.set_synchronous(synchronous);
+        sync_tree(f.tmp.path());
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -547,6 +570,7 @@ fn open(c: &mut Criterion) {
     f.data.index.finish_merges().expect("merges");
     let copy = f.dir.with_extension("copy");
     copy_dir(&f.dir, &copy);
+    sync_tree(&copy);
     // What `lcm grep` does (a read-only open writes nothing), and what a daemon does once at
     // start (a writable redb open commits on open and on close: four to six fsyncs).
     for (name, read_only) in [
