@@ -384,6 +384,7 @@ impl SearchIndex {
             progress(done, total);
             from = to;
         }
+        guard.trigrams.release_bulk_memory();
         Ok(done)
     }
 
@@ -676,6 +677,7 @@ mod tests {
     use super::*;
     use crate::grep::{GrepMode, GrepRequest, grep};
     use crate::store::StoreOptions;
+    use crate::trigram_index::KEEP_PAIRS;
     use lcm_core::ids::SessionId;
     use lcm_core::message::{NewMessage, Role};
     use lcm_core::tokens::{Encoding, TokenCounter};
@@ -839,6 +841,48 @@ mod tests {
             .unwrap();
             assert_eq!(page.hits.len(), 1, "number{i}");
         }
+    }
+
+    #[test]
+    fn a_bulk_catch_up_gives_back_its_trigram_memory() {
+        let (_dir, store, index, session) = fixture(1000);
+        // Three texts of 400,000 pseudo-random CJK characters: about 1.2 million (message,
+        // trigram) pairs, more than a builder keeps room for between catch-ups.
+        let texts: Vec<String> = (0..3)
+            .map(|seed| crate::trigram_keys::random_cjk(400_000, seed))
+            .collect();
+        let batch = texts
+            .iter()
+            .map(|t| NewMessage::text(Role::User, t.clone()))
+            .collect();
+        store.append_batch(session, batch).unwrap();
+        assert_eq!(index.feed(&store).unwrap(), 3);
+        let held = index.lock_writer().unwrap().trigrams.pairs_capacity();
+        assert!(held > KEEP_PAIRS, "{held} pairs of room while fed");
+        assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 3);
+        let kept = index.lock_writer().unwrap().trigrams.pairs_capacity();
+        assert!(
+            kept <= KEEP_PAIRS,
+            "{kept} pairs of room after the catch-up"
+        );
+        // Still indexed: a trigram of the second text finds it through the index.
+        let gram: String = texts[1].chars().skip(1000).take(3).collect();
+        let page = grep(
+            &store,
+            &index,
+            &SearchConfig::default(),
+            &GrepRequest {
+                pattern: regex::escape(&gram),
+                mode: GrepMode::Regex,
+                scope: Scope::default(),
+                limit: Some(10),
+                cursor: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(page.strategy, crate::grep::Strategy::TrigramIndex);
+        assert_eq!(page.hits.len(), 1, "{page:?}");
+        assert_eq!(page.hits[0].message, MessageId(1));
     }
 
     #[test]

@@ -52,6 +52,10 @@ const VERIFY_COST: usize = 1024;
 /// (message, trigram) pairs a builder holds before it writes a segment early: 8 bytes each,
 /// 64 MiB.
 const BUILDER_PAIRS: usize = 8 << 20;
+/// Room for pairs a builder keeps between catch-ups (8 MiB): what a bulk catch-up grew beyond
+/// it is given back at its end ([`TrigramBuilder::release_bulk_memory`]), so that a host that
+/// once indexed a large import does not hold that memory for good.
+pub(crate) const KEEP_PAIRS: usize = 1 << 20;
 
 /// The published segments, and where their files live (`None`: in memory).
 pub(crate) struct TrigramIndex {
@@ -411,6 +415,20 @@ impl TrigramBuilder {
             };
             self.pairs.push((slot, doc));
         }
+    }
+
+    /// Gives back the room of a bulk catch-up beyond [`KEEP_PAIRS`], if nothing is held (call
+    /// it between catch-ups; within one, the room is reused from segment to segment).
+    pub(crate) fn release_bulk_memory(&mut self) {
+        if self.pairs.is_empty() && self.pairs.capacity() > KEEP_PAIRS {
+            self.pairs = Vec::new();
+        }
+    }
+
+    /// The pairs the builder has room for (tests).
+    #[cfg(test)]
+    pub(crate) fn pairs_capacity(&self) -> usize {
+        self.pairs.capacity()
     }
 
     /// Forgets everything added (the writer dropped what it was fed).
