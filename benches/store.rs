@@ -480,6 +480,16 @@ fn search(c: &mut Criterion) {
             GrepMode::Regex,
         ),
         ("full_text_two_words", "timeout module", GrepMode::FullText),
+        // A common word: most messages are candidates, and the first page of hits is among
+        // the first few dozen (the baseline's scan stops as early).
+        ("regex_common_word", "timeout", GrepMode::Regex),
+        // Candidates as dense, hits rare: verifying them one by one would cost more than a
+        // scan.
+        (
+            "regex_common_word_rare_match",
+            r"timeout\d{5}",
+            GrepMode::Regex,
+        ),
     ];
     // Grep is measured on an index that has caught up with the store (as the runtime keeps it).
     f.data

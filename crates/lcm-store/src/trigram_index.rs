@@ -49,6 +49,10 @@ const MERGE_FAN_IN: usize = 4;
 /// What verifying one candidate on the stored text costs (a record read and a regex run, about
 /// a microsecond), in bytes of postings decoded in the same time.
 const VERIFY_COST: usize = 1024;
+/// Candidates handed to the caller in the first batch; each next batch is twice as large, up
+/// to [`MAX_BATCH`].
+const FIRST_BATCH: usize = 32;
+const MAX_BATCH: usize = 4096;
 /// (message, trigram) pairs a builder holds before it writes a segment early: 8 bytes each,
 /// 64 MiB.
 const BUILDER_PAIRS: usize = 8 << 20;
@@ -292,16 +296,29 @@ impl TrigramIndex {
         mut visit: impl FnMut(Vec<u64>) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
         let first = after.map_or(0, |a| a.saturating_add(1));
+        // Small batches first: a page of hits among dense candidates is usually full after a
+        // few dozen, and only what is handed over is decoded.
+        let mut batch_len = FIRST_BATCH;
         for segment in self.segments().iter() {
             if segment.ids.end <= first {
                 continue;
             }
-            let mut ids = segment.eval(plan)?;
-            if segment.ids.start < first {
-                ids.retain(|&id| id >= first);
+            let mut ids = segment.lazy(plan)?;
+            let mut next = first.max(segment.ids.start);
+            let mut batch = Vec::with_capacity(batch_len);
+            while let Some(id) = ids.seek(next)? {
+                batch.push(id);
+                next = id + 1;
+                if batch.len() == batch_len {
+                    if visit(std::mem::take(&mut batch))?.is_break() {
+                        return Ok(());
+                    }
+                    batch_len = (batch_len * 2).min(MAX_BATCH);
+                    batch.reserve(batch_len);
+                }
             }
-            if !ids.is_empty() && visit(ids)?.is_break() {
-                break;
+            if !batch.is_empty() && visit(batch)?.is_break() {
+                return Ok(());
             }
         }
         Ok(())
@@ -724,60 +741,71 @@ impl Segment {
         }
     }
 
-    /// The ids whose trigrams satisfy `query`, ascending.
-    fn eval(&self, query: &TrigramQuery) -> Result<Vec<u64>> {
-        match query {
+    /// The ids whose trigrams satisfy `query`, decoded as they are asked for. In a
+    /// conjunction, a part whose postings would cost more to decode than verifying the
+    /// candidates the cheaper parts leave is dropped: the result is then a superset, as
+    /// promised.
+    fn lazy(&self, query: &TrigramQuery) -> Result<LazyIds<'_>> {
+        Ok(match query {
             TrigramQuery::Gram(gram) => match gram_key(gram) {
-                Some(key) => {
-                    let mut ids = Vec::new();
-                    if let Some(at) = self.find(key) {
-                        self.decode_into(at, &mut ids)?;
-                    }
-                    Ok(ids)
-                }
+                Some(key) => match self.find(key) {
+                    Some(at) => LazyIds::Gram(PostingCursor {
+                        bytes: self.postings(at)?,
+                        next: self.ids.start,
+                        head: None,
+                        segment: self,
+                    }),
+                    None => LazyIds::Nothing,
+                },
                 // Not a gram the index holds: no constraint.
-                None => Ok(self.ids.clone().collect()),
+                None => LazyIds::All(self.ids.clone()),
             },
-            TrigramQuery::All => Ok(self.ids.clone().collect()),
+            TrigramQuery::All => LazyIds::All(self.ids.clone()),
             TrigramQuery::And(parts) => {
-                // Cheapest first: a gram's cost is its encoded length, known without decoding.
+                // Cheapest first (it leads the others): a part's cost is the encoded length
+                // of its postings, known without decoding.
                 let mut ordered: Vec<(usize, &TrigramQuery)> = parts
                     .iter()
                     .map(|part| (self.estimate(part), part))
                     .collect();
                 ordered.sort_by_key(|(cost, _)| *cost);
-                let mut ids: Option<Vec<u64>> = None;
+                let mut kept = Vec::new();
+                let mut fewest = usize::MAX;
                 for (cost, part) in ordered {
-                    // Few candidates left: verifying them on the stored text costs less than
-                    // decoding the next list (the result only has to be a superset).
-                    if ids
-                        .as_ref()
-                        .is_some_and(|ids| ids.len().saturating_mul(VERIFY_COST) < cost)
-                    {
+                    if fewest.saturating_mul(VERIFY_COST) < cost {
                         break;
                     }
-                    let next = self.eval(part)?;
-                    let joined = match ids {
-                        None => next,
-                        Some(ids) => intersect(&ids, &next),
-                    };
-                    if joined.is_empty() {
-                        return Ok(joined);
-                    }
-                    ids = Some(joined);
+                    fewest = fewest.min(self.estimated_ids(part, cost));
+                    kept.push(self.lazy(part)?);
                 }
-                Ok(ids.unwrap_or_default())
-            }
-            TrigramQuery::Or(parts) => {
-                let mut ids = Vec::new();
-                for part in parts {
-                    ids.extend(self.eval(part)?);
+                if kept.is_empty() {
+                    // A conjunction of nothing constrains nothing (the planner makes none).
+                    LazyIds::All(self.ids.clone())
+                } else {
+                    LazyIds::And(kept)
                 }
-                ids.sort_unstable();
-                ids.dedup();
-                Ok(ids)
             }
+            TrigramQuery::Or(parts) => LazyIds::Or(
+                parts
+                    .iter()
+                    .map(|part| self.lazy(part))
+                    .collect::<Result<_>>()?,
+            ),
+        })
+    }
+
+    /// About how many ids `query`, whose postings are `cost` bytes, yields: for a gram, the
+    /// count at which its gaps would take that many bytes (a gap of k bytes is below 128^k);
+    /// for anything else, `cost` (each id takes at least a byte).
+    fn estimated_ids(&self, query: &TrigramQuery, cost: usize) -> usize {
+        let span = self.ids.end - self.ids.start;
+        if !matches!(query, TrigramQuery::Gram(_)) || cost == usize::MAX {
+            return cost;
         }
+        (1..=3u32)
+            .map(|k| (cost / k as usize, 128u64.pow(k)))
+            .find(|&(n, gap)| n == 0 || span / (n as u64) < gap)
+            .map_or(cost / 4, |(n, _)| n)
     }
 
     /// A rough cost of evaluating `query`: bytes of postings it decodes.
@@ -791,7 +819,12 @@ impl Segment {
                 None => usize::MAX,
             },
             TrigramQuery::All => usize::MAX,
-            TrigramQuery::And(parts) => parts.iter().map(|p| self.estimate(p)).min().unwrap_or(0),
+            // A conjunction of nothing constrains nothing, as `All`.
+            TrigramQuery::And(parts) => parts
+                .iter()
+                .map(|p| self.estimate(p))
+                .min()
+                .unwrap_or(usize::MAX),
             TrigramQuery::Or(parts) => parts
                 .iter()
                 .map(|p| self.estimate(p))
@@ -800,25 +833,92 @@ impl Segment {
     }
 }
 
-/// The ids in both ascending lists.
-fn intersect(a: &[u64], b: &[u64]) -> Vec<u64> {
-    let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
-    let mut out = Vec::with_capacity(small.len());
-    let mut rest = large;
-    for &id in small {
-        // Galloping would win for very uneven lists; a binary search per id is close enough.
-        match rest.binary_search(&id) {
-            Ok(at) => {
-                out.push(id);
-                rest = &rest[at + 1..];
+/// The ids of a query over one segment, ascending, each found by [`LazyIds::seek`]: postings
+/// are decoded only as far as the ids asked for.
+enum LazyIds<'a> {
+    /// The ids of one gram's postings.
+    Gram(PostingCursor<'a>),
+    /// Every id of the range.
+    All(Range<u64>),
+    /// No id.
+    Nothing,
+    /// The ids every part holds (leapfrog: each part in turn skips to the largest seen).
+    And(Vec<LazyIds<'a>>),
+    /// The ids any part holds.
+    Or(Vec<LazyIds<'a>>),
+}
+
+impl LazyIds<'_> {
+    /// The smallest id at or after `target`, if any. Asking again for a target at or below the
+    /// answer gives the same answer.
+    fn seek(&mut self, target: u64) -> Result<Option<u64>> {
+        match self {
+            LazyIds::Gram(cursor) => cursor.seek(target),
+            LazyIds::All(ids) => Ok(Some(target.max(ids.start)).filter(|&id| id < ids.end)),
+            LazyIds::Nothing => Ok(None),
+            LazyIds::And(parts) => {
+                // Round the parts until as many in a row hold `candidate` as there are parts:
+                // one that answers with a larger id moves it, and the others must agree again.
+                let n = parts.len();
+                let (mut candidate, mut agreed, mut at) = (target, 0, 0);
+                while agreed < n {
+                    match parts[at].seek(candidate)? {
+                        None => return Ok(None),
+                        Some(id) if id > candidate => (candidate, agreed) = (id, 1),
+                        Some(_) => agreed += 1,
+                    }
+                    at = (at + 1) % n;
+                }
+                Ok(Some(candidate))
             }
-            Err(at) => rest = &rest[at..],
-        }
-        if rest.is_empty() {
-            break;
+            LazyIds::Or(parts) => {
+                let mut first: Option<u64> = None;
+                for part in parts.iter_mut() {
+                    if let Some(id) = part.seek(target)? {
+                        first = Some(first.map_or(id, |f| f.min(id)));
+                    }
+                }
+                Ok(first)
+            }
         }
     }
-    out
+}
+
+/// One gram's postings, decoded as far as they were sought.
+struct PostingCursor<'a> {
+    /// What is not decoded yet.
+    bytes: &'a [u8],
+    /// The smallest id the next varint can give (the last id decoded plus one).
+    next: u64,
+    /// The last id decoded, if nothing asked past it yet.
+    head: Option<u64>,
+    segment: &'a Segment,
+}
+
+impl PostingCursor<'_> {
+    fn seek(&mut self, target: u64) -> Result<Option<u64>> {
+        if let Some(head) = self.head
+            && head >= target
+        {
+            return Ok(Some(head));
+        }
+        while !self.bytes.is_empty() {
+            let gap = read_varint(&mut self.bytes)
+                .ok_or_else(|| self.segment.corrupt("truncated varint"))?;
+            let id = self
+                .next
+                .checked_add(gap)
+                .filter(|&id| id < self.segment.ids.end)
+                .ok_or_else(|| self.segment.corrupt("id past the segment's end"))?;
+            self.next = id + 1;
+            if id >= target {
+                self.head = Some(id);
+                return Ok(Some(id));
+            }
+        }
+        self.head = None;
+        Ok(None)
+    }
 }
 
 fn read_u64(data: &[u8], at: usize) -> u64 {
@@ -932,6 +1032,22 @@ mod tests {
         assert!(ids_of(&index, &gram("zzz"), None).is_empty());
         // Not a trigram: no constraint, every id.
         assert_eq!(ids_of(&index, &gram("ab"), None), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_conjunction_asks_every_part_about_every_candidate() {
+        let index = TrigramIndex::in_memory();
+        // `qqq` (the cheapest list: it leads) holds 1 and 2, `zzz` holds 1 and 5 to 7, `www`
+        // holds 1 and 6: only 1 is in all; 2 is in the leading list alone.
+        let texts = ["", "qqq zzz www", "qqq", "", "", "zzz", "zzz www", "zzz"];
+        add(&index, 0, &texts, &[]);
+        let q = |grams: &[&str]| TrigramQuery::And(grams.iter().map(|g| gram(g)).collect());
+        assert_eq!(ids_of(&index, &q(&["qqq", "zzz"]), None), [1]);
+        assert_eq!(ids_of(&index, &q(&["zzz", "www"]), None), [1, 6]);
+        assert_eq!(ids_of(&index, &q(&["qqq", "zzz", "www"]), None), [1]);
+        assert_eq!(ids_of(&index, &q(&["zzz", "www"]), Some(1)), [6]);
+        let either = TrigramQuery::Or(vec![q(&["qqq", "zzz"]), q(&["zzz", "www"])]);
+        assert_eq!(ids_of(&index, &either, None), [1, 6]);
     }
 
     #[test]
@@ -1085,7 +1201,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(ProptestConfig::with_cases(256))]
 
         /// Whatever the cuts between segments and the merges, the candidates of a gram are the
         /// messages whose lowercased text holds it.
@@ -1110,6 +1226,63 @@ mod tests {
                     .collect();
                 prop_assert_eq!(ids_of(&index, &gram(g), after), expected, "{:?}", g);
             }
+        }
+
+        /// Conjunctions and disjunctions, nested, decoded lazily: the messages whose text
+        /// satisfies the query; and a caller that stops after the first batch got the first
+        /// ids of that list.
+        #[test]
+        fn candidates_of_nested_queries_are_the_messages_that_satisfy_them(
+            texts in proptest::collection::vec("[abcAB \n]{0,12}", 1..80),
+            cuts in proptest::collection::vec(0u64..80, 0..6),
+            query in query_strategy(),
+            after in proptest::option::of(0u64..80),
+        ) {
+            let index = TrigramIndex::in_memory();
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            add(&index, 0, &texts, &cuts);
+            let expected: Vec<u64> = texts
+                .iter()
+                .enumerate()
+                .filter(|(i, t)| after.is_none_or(|a| *i as u64 > a) && satisfies(&query, t))
+                .map(|(i, _)| i as u64)
+                .collect();
+            prop_assert_eq!(&ids_of(&index, &query, after), &expected, "{:?}", query);
+            let mut first = Vec::new();
+            index
+                .candidates(&query, after, |ids| {
+                    first = ids;
+                    Ok(ControlFlow::Break(()))
+                })
+                .unwrap();
+            prop_assert_eq!(&first[..], &expected[..first.len()]);
+            prop_assert!(first.len() <= FIRST_BATCH);
+        }
+    }
+
+    fn query_strategy() -> impl Strategy<Value = TrigramQuery> {
+        let leaf = prop_oneof![
+            4 => "[abc][abc ][abc]".prop_map(TrigramQuery::Gram),
+            1 => Just(TrigramQuery::All),
+            // Not a trigram: no constraint.
+            1 => Just(TrigramQuery::Gram("ab".into())),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(TrigramQuery::And),
+                proptest::collection::vec(inner, 0..4).prop_map(TrigramQuery::Or),
+            ]
+        })
+    }
+
+    /// What `query` says of a text, from its lowercased text directly.
+    fn satisfies(query: &TrigramQuery, text: &str) -> bool {
+        match query {
+            TrigramQuery::All => true,
+            TrigramQuery::Gram(g) if g.chars().count() != 3 => true,
+            TrigramQuery::Gram(g) => text.to_lowercase().contains(g.as_str()),
+            TrigramQuery::And(parts) => parts.iter().all(|p| satisfies(p, text)),
+            TrigramQuery::Or(parts) => parts.iter().any(|p| satisfies(p, text)),
         }
     }
 }
