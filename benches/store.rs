@@ -528,11 +528,38 @@ fn search(c: &mut Criterion) {
             })
         });
         let sqlite = f.sqlite.lock().expect("sqlite");
-        let baseline_hits = match mode {
-            GrepMode::Regex => sqlite.regex(pattern, 20).len(),
-            GrepMode::FullText => sqlite.full_text(pattern, 20).len(),
+        let baseline = match mode {
+            GrepMode::Regex => sqlite.regex(pattern, 20),
+            GrepMode::FullText => sqlite.full_text(pattern, 20),
         };
-        eprintln!("grep {name}: sqlite {baseline_hits} hits");
+        eprintln!("grep {name}: sqlite {} hits", baseline.len());
+        if let (Some(ours), Some(theirs)) = (page.hits.first(), baseline.first()) {
+            eprintln!(
+                "grep {name}: first hits: lcm msg_{} (ses_{} #{}) {:?}; sqlite {} (conversation {} #{}) {:?}",
+                ours.message.0,
+                ours.session.0,
+                ours.seq,
+                ours.snippet,
+                theirs.id,
+                theirs.conversation,
+                theirs.seq,
+                theirs.snippet
+            );
+        }
+        if mode == GrepMode::Regex {
+            // Both give the oldest matches first: the same messages (SQLite's ids count from 1,
+            // lcm's from 0, over the same corpus), with the same role and time.
+            let ours: Vec<(i64, &str, i64)> = page
+                .hits
+                .iter()
+                .map(|h| (h.message.0 as i64 + 1, h.role.as_str(), h.created_at.0))
+                .collect();
+            let theirs: Vec<(i64, &str, i64)> = baseline
+                .iter()
+                .map(|h| (h.id, h.role.as_str(), h.created_at))
+                .collect();
+            assert_eq!(ours, theirs, "{name}: lcm and the baseline disagree");
+        }
         group.bench_function(format!("sqlite/{name}"), |b| {
             b.iter(|| match mode {
                 GrepMode::Regex => sqlite.regex(pattern, 20),

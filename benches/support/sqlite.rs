@@ -13,6 +13,20 @@ pub struct Baseline {
     pub conn: Connection,
 }
 
+/// Characters of a snippet, as lcm's default `search.snippet_chars` and lossless-claw's grep.
+const SNIPPET_CHARS: usize = 200;
+
+/// One hit of a baseline search: what a grep tool returns for it.
+#[derive(Debug)]
+pub struct BaselineHit {
+    pub id: i64,
+    pub conversation: i64,
+    pub seq: i64,
+    pub role: String,
+    pub created_at: i64,
+    pub snippet: String,
+}
+
 impl Baseline {
     pub fn open(path: &Path) -> Baseline {
         let conn = Connection::open(path).expect("open sqlite");
@@ -93,30 +107,60 @@ impl Baseline {
         tx.commit().expect("commit");
     }
 
-    /// First page (oldest first) of messages matching a regex: a scan.
-    pub fn regex(&self, pattern: &str, limit: usize) -> Vec<i64> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT id FROM messages WHERE content REGEXP ?1 ORDER BY id LIMIT ?2")
-            .expect("prepare");
-        stmt.query_map(params![pattern, limit as i64], |r| r.get(0))
-            .expect("query")
-            .map(|r| r.expect("row"))
-            .collect()
-    }
-
-    /// Best `limit` messages by BM25.
-    pub fn full_text(&self, query: &str, limit: usize) -> Vec<i64> {
+    /// First page (oldest first) of messages matching a regex: a scan. Each hit comes back as
+    /// lcm's grep gives it (and lossless-claw's `lcm_grep`): id, conversation, seq, role, time
+    /// and a snippet of about 200 characters around the first match.
+    pub fn regex(&self, pattern: &str, limit: usize) -> Vec<BaselineHit> {
+        let re = regex::Regex::new(pattern).expect("regex");
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2",
+                "SELECT id, conversation_id, seq, role, created_at, content FROM messages
+                 WHERE content REGEXP ?1 ORDER BY id LIMIT ?2",
             )
             .expect("prepare");
-        stmt.query_map(params![query, limit as i64], |r| r.get(0))
-            .expect("query")
-            .map(|r| r.expect("row"))
-            .collect()
+        stmt.query_map(params![pattern, limit as i64], |r| {
+            let content: String = r.get(5)?;
+            let (start, end) = re.find(&content).map_or((0, 0), |m| (m.start(), m.end()));
+            Ok(BaselineHit {
+                id: r.get(0)?,
+                conversation: r.get(1)?,
+                seq: r.get(2)?,
+                role: r.get(3)?,
+                created_at: r.get(4)?,
+                snippet: lcm::store::grep::snippet(&content, start, end, SNIPPET_CHARS),
+            })
+        })
+        .expect("query")
+        .map(|r| r.expect("row"))
+        .collect()
+    }
+
+    /// Best `limit` messages by BM25, each with its fields and FTS5's snippet of the matched
+    /// words.
+    pub fn full_text(&self, query: &str, limit: usize) -> Vec<BaselineHit> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT m.id, m.conversation_id, m.seq, m.role, m.created_at,
+                        snippet(messages_fts, 0, '', '', '…', 32)
+                 FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                 WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2",
+            )
+            .expect("prepare");
+        stmt.query_map(params![query, limit as i64], |r| {
+            Ok(BaselineHit {
+                id: r.get(0)?,
+                conversation: r.get(1)?,
+                seq: r.get(2)?,
+                role: r.get(3)?,
+                created_at: r.get(4)?,
+                snippet: r.get(5)?,
+            })
+        })
+        .expect("query")
+        .map(|r| r.expect("row"))
+        .collect()
     }
 
     pub fn count(&self) -> i64 {
