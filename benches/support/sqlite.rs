@@ -27,6 +27,20 @@ pub struct BaselineHit {
     pub snippet: String,
 }
 
+impl BaselineHit {
+    /// A hit from a row whose first five columns are id, conversation, seq, role and time.
+    fn from_row(r: &rusqlite::Row<'_>, snippet: String) -> rusqlite::Result<BaselineHit> {
+        Ok(BaselineHit {
+            id: r.get(0)?,
+            conversation: r.get(1)?,
+            seq: r.get(2)?,
+            role: r.get(3)?,
+            created_at: r.get(4)?,
+            snippet,
+        })
+    }
+}
+
 impl Baseline {
     pub fn open(path: &Path) -> Baseline {
         let conn = Connection::open(path).expect("open sqlite");
@@ -122,14 +136,10 @@ impl Baseline {
         stmt.query_map(params![pattern, limit as i64], |r| {
             let content: String = r.get(5)?;
             let (start, end) = re.find(&content).map_or((0, 0), |m| (m.start(), m.end()));
-            Ok(BaselineHit {
-                id: r.get(0)?,
-                conversation: r.get(1)?,
-                seq: r.get(2)?,
-                role: r.get(3)?,
-                created_at: r.get(4)?,
-                snippet: lcm::store::grep::snippet(&content, start, end, SNIPPET_CHARS),
-            })
+            BaselineHit::from_row(
+                r,
+                lcm::store::grep::snippet(&content, start, end, SNIPPET_CHARS),
+            )
         })
         .expect("query")
         .map(|r| r.expect("row"))
@@ -149,14 +159,7 @@ impl Baseline {
             )
             .expect("prepare");
         stmt.query_map(params![query, limit as i64], |r| {
-            Ok(BaselineHit {
-                id: r.get(0)?,
-                conversation: r.get(1)?,
-                seq: r.get(2)?,
-                role: r.get(3)?,
-                created_at: r.get(4)?,
-                snippet: r.get(5)?,
-            })
+            BaselineHit::from_row(r, r.get(5)?)
         })
         .expect("query")
         .map(|r| r.expect("row"))
