@@ -490,6 +490,8 @@ fn search(c: &mut Criterion) {
             r"timeout\d{5}",
             GrepMode::Regex,
         ),
+        // No literal and frequent matches: both sides scan, and stop at the page's end.
+        ("regex_no_literal_frequent", r"\d{6}", GrepMode::Regex),
     ];
     // Grep is measured on an index that has caught up with the store (as the runtime keeps it).
     f.data

@@ -317,9 +317,9 @@ const DENSE_CHECK_AFTER: u64 = 256;
 /// scan (about 20 ns a message on two cores) than by a lookup each (about a microsecond).
 const DENSE_SPACING: u64 = 32;
 
-/// Ids scanned per window; each window is split across the cores and its hits are offered in
-/// order, so the result is the same as a sequential scan and stops within one window of the
-/// limit.
+/// Ids scanned per window at most: windows start at [`MIN_IDS_PER_THREAD`] and double. Each
+/// is split across the cores and its hits are offered in order, so the result is the same as a
+/// sequential scan and stops within one window of the limit.
 const SCAN_WINDOW: u64 = 32_768;
 
 /// Fewest ids a scan thread is given: a smaller range (the usual unindexed tail of a live
@@ -338,8 +338,12 @@ fn scan_parallel(
 ) -> Result<()> {
     let cores = crate::cores::cores() as u64;
     let mut from = ids.start.0;
+    // Small first: a pattern that matches often fills its page within the first few thousand
+    // messages, which the calling thread scans alone, stopping at the limit.
+    let mut window = MIN_IDS_PER_THREAD;
     while from < ids.end.0 && !collector.full() {
-        let to = (from + SCAN_WINDOW).min(ids.end.0);
+        let to = (from + window).min(ids.end.0);
+        window = (window * 2).min(SCAN_WINDOW);
         let threads = (to - from).div_ceil(MIN_IDS_PER_THREAD).clamp(1, cores);
         if threads == 1 {
             // This thread alone, stopping at the limit.
@@ -353,6 +357,8 @@ fn scan_parallel(
         }
         let step = (to - from).div_ceil(threads);
         let part = |t: u64| (from + t * step)..(from + (t + 1) * step).min(to);
+        // No part needs more hits than the page has room for.
+        let room = collector.limit - collector.hits.len();
         let helper_testers: Vec<RecordTester<'_>> = (1..threads)
             .map(|_| collector.tester.for_another_thread())
             .collect();
@@ -363,10 +369,10 @@ fn scan_parallel(
                 .zip(1..)
                 .map(|(mut tester, t)| {
                     let ids = part(t);
-                    scope_.spawn(move || scan_part(store, scope, ids, &mut tester))
+                    scope_.spawn(move || scan_part(store, scope, ids, room, &mut tester))
                 })
                 .collect();
-            let mut parts = vec![scan_part(store, scope, part(0), own_tester)];
+            let mut parts = vec![scan_part(store, scope, part(0), room, own_tester)];
             parts.extend(helpers.into_iter().map(|h| match h.join() {
                 Ok(result) => result,
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -388,12 +394,13 @@ fn scan_parallel(
     Ok(())
 }
 
-/// One part of a [`scan_parallel`] window: its hits in id order and how many messages in
-/// scope it examined.
+/// One part of a [`scan_parallel`] window: its first `room` hits in id order and how many
+/// messages in scope it examined.
 fn scan_part(
     store: &Store,
     scope: &Scope,
     ids: std::ops::Range<u64>,
+    room: usize,
     tester: &mut RecordTester<'_>,
 ) -> Result<(Vec<GrepHit>, u64)> {
     let mut hits = Vec::new();
@@ -406,7 +413,7 @@ fn scan_part(
         let tested = tester.test_in_row(&r, scope, scope.is_everything())?;
         let step = tested.step();
         hits.extend(tested.tally(&mut examined));
-        Ok(step)
+        Ok(if hits.len() >= room { Step::Stop } else { step })
     })?;
     Ok((hits, examined))
 }
@@ -1502,7 +1509,9 @@ mod tests {
         let n = 3 * MIN_IDS_PER_THREAD + 123;
         let batch = (0..n)
             .map(|i| {
-                let text = if i.is_multiple_of(7) || i == n - 1 {
+                // Sparse enough that a page needs the windows after the first, which are split
+                // across threads.
+                let text = if i.is_multiple_of(97) || i == n - 1 {
                     format!("row {i} code Q_{i:05} end")
                 } else {
                     format!("row {i} nothing here")
@@ -1515,7 +1524,7 @@ mod tests {
         let expected: Vec<MessageId> = appended
             .iter()
             .enumerate()
-            .filter(|(i, _)| (*i as u64).is_multiple_of(7) || *i as u64 == n - 1)
+            .filter(|(i, _)| (*i as u64).is_multiple_of(97) || *i as u64 == n - 1)
             .map(|(_, a)| a.id)
             .collect();
         let config = SearchConfig::default();
