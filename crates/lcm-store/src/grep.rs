@@ -317,9 +317,9 @@ const DENSE_CHECK_AFTER: u64 = 256;
 /// scan (about 20 ns a message on two cores) than by a lookup each (about a microsecond).
 const DENSE_SPACING: u64 = 32;
 
-/// Ids scanned per window at most: windows start at [`MIN_IDS_PER_THREAD`] and double. Each
-/// is split across the cores and its hits are offered in order, so the result is the same as a
-/// sequential scan and stops within one window of the limit.
+/// Ids scanned per window after the first (of [`MIN_IDS_PER_THREAD`], on the calling thread).
+/// Each is split across the cores and its hits are offered in order, so the result is the same
+/// as a sequential scan and stops within one window of the limit.
 const SCAN_WINDOW: u64 = 32_768;
 
 /// Fewest ids a scan thread is given: a smaller range (the usual unindexed tail of a live
@@ -339,11 +339,12 @@ fn scan_parallel(
     let cores = crate::cores::cores() as u64;
     let mut from = ids.start.0;
     // Small first: a pattern that matches often fills its page within the first few thousand
-    // messages, which the calling thread scans alone, stopping at the limit.
+    // messages, which the calling thread scans alone, stopping at the limit. Then whole
+    // windows (each one more start of threads).
     let mut window = MIN_IDS_PER_THREAD;
     while from < ids.end.0 && !collector.full() {
         let to = (from + window).min(ids.end.0);
-        window = (window * 2).min(SCAN_WINDOW);
+        window = SCAN_WINDOW;
         let threads = (to - from).div_ceil(MIN_IDS_PER_THREAD).clamp(1, cores);
         if threads == 1 {
             // This thread alone, stopping at the limit.
