@@ -254,13 +254,9 @@ fn regex_grep(
             }
             Ok(flow)
         })?;
-        let unindexed_from = match dense_from {
-            // The candidates from there on would have been most messages: one scan of them
-            // costs less than a lookup each.
-            Some(from) => from,
-            None => indexed,
-        };
-        // Not yet indexed (and what the candidates left): scan.
+        // Not yet indexed (and, if the candidates turned dense, the rest of the indexed
+        // messages: one scan of them costs less than a lookup each): scan.
+        let unindexed_from = dense_from.unwrap_or(indexed);
         if !collector.full() {
             scan(
                 store,

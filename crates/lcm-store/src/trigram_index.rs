@@ -720,18 +720,21 @@ impl Segment {
 
     /// Appends the ids of the key at `at` to `out`.
     fn decode_into(&self, at: usize, out: &mut Vec<u64>) -> Result<()> {
-        let mut bytes = self.postings(at)?;
-        let mut next = self.ids.start;
-        while !bytes.is_empty() {
-            let gap = read_varint(&mut bytes).ok_or_else(|| self.corrupt("truncated varint"))?;
-            let id = next
-                .checked_add(gap)
-                .filter(|&id| id < self.ids.end)
-                .ok_or_else(|| self.corrupt("id past the segment's end"))?;
+        let mut cursor = self.cursor(at)?;
+        while let Some(id) = cursor.next_id()? {
             out.push(id);
-            next = id + 1;
         }
         Ok(())
+    }
+
+    /// A cursor over the postings of the key at `at`, nothing decoded yet.
+    fn cursor(&self, at: usize) -> Result<PostingCursor<'_>> {
+        Ok(PostingCursor {
+            bytes: self.postings(at)?,
+            next: self.ids.start,
+            head: None,
+            segment: self,
+        })
     }
 
     fn corrupt(&self, detail: &str) -> StoreError {
@@ -749,12 +752,7 @@ impl Segment {
         Ok(match query {
             TrigramQuery::Gram(gram) => match gram_key(gram) {
                 Some(key) => match self.find(key) {
-                    Some(at) => LazyIds::Gram(PostingCursor {
-                        bytes: self.postings(at)?,
-                        next: self.ids.start,
-                        head: None,
-                        segment: self,
-                    }),
+                    Some(at) => LazyIds::Gram(self.cursor(at)?),
                     None => LazyIds::Nothing,
                 },
                 // Not a gram the index holds: no constraint.
@@ -896,21 +894,15 @@ struct PostingCursor<'a> {
 }
 
 impl PostingCursor<'_> {
+    /// The smallest id at or after `target`, if any; asking again for a target at or below the
+    /// answer gives the same answer.
     fn seek(&mut self, target: u64) -> Result<Option<u64>> {
         if let Some(head) = self.head
             && head >= target
         {
             return Ok(Some(head));
         }
-        while !self.bytes.is_empty() {
-            let gap = read_varint(&mut self.bytes)
-                .ok_or_else(|| self.segment.corrupt("truncated varint"))?;
-            let id = self
-                .next
-                .checked_add(gap)
-                .filter(|&id| id < self.segment.ids.end)
-                .ok_or_else(|| self.segment.corrupt("id past the segment's end"))?;
-            self.next = id + 1;
+        while let Some(id) = self.next_id()? {
             if id >= target {
                 self.head = Some(id);
                 return Ok(Some(id));
@@ -918,6 +910,22 @@ impl PostingCursor<'_> {
         }
         self.head = None;
         Ok(None)
+    }
+
+    /// Decodes the next id, if any.
+    fn next_id(&mut self) -> Result<Option<u64>> {
+        if self.bytes.is_empty() {
+            return Ok(None);
+        }
+        let gap =
+            read_varint(&mut self.bytes).ok_or_else(|| self.segment.corrupt("truncated varint"))?;
+        let id = self
+            .next
+            .checked_add(gap)
+            .filter(|&id| id < self.segment.ids.end)
+            .ok_or_else(|| self.segment.corrupt("id past the segment's end"))?;
+        self.next = id + 1;
+        Ok(Some(id))
     }
 }
 
