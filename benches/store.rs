@@ -492,6 +492,11 @@ fn search(c: &mut Criterion) {
         ),
         // No literal and frequent matches: both sides scan, and stop at the page's end.
         ("regex_no_literal_frequent", r"\d{6}", GrepMode::Regex),
+        // A git hash: no literal, a long run of one class (none in the corpus: a full scan).
+        ("regex_hex_run_full_scan", r"[0-9a-f]{40}", GrepMode::Regex),
+        // A literal inside the match that the regex engine does not look for itself (its
+        // trigrams, case folded, are in a third of the messages; `Error` is in none).
+        ("regex_inner_literal", r"[A-Z][a-z]+Error", GrepMode::Regex),
     ];
     // Grep is measured on an index that has caught up with the store (as the runtime keeps it).
     f.data

@@ -34,6 +34,7 @@ const WORDS: &[&str] = &[
     "3.14",
     "HTTP 404",
     "XYZ9",
+    "20261125",
 ];
 const SEPARATORS: &[&str] = &[" ", "\n", "-", ".", "", ", ", "\t"];
 
@@ -89,7 +90,8 @@ fn class_pattern_strategy() -> impl Strategy<Value = String> {
     );
     let piece = (
         atom,
-        prop::sample::select(&["", "", "", "{2}", "{3}", "+", "?"][..]),
+        // Runs of six and more: `required.rs` looks for those before the engine runs.
+        prop::sample::select(&["", "", "", "{2}", "{3}", "+", "?", "{6}", "{7,}"][..]),
     )
         .prop_map(|(a, q)| format!("{a}{q}"));
     let concat = prop::collection::vec(piece, 1..5).prop_map(|v| v.concat());

@@ -29,6 +29,7 @@ use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
 use crate::message_rows::{InRow, Step};
+use crate::required::Required;
 use crate::start_classes::{StartClasses, StartSearch};
 use crate::store::{Store, StoreReader};
 use crate::trigram;
@@ -201,11 +202,12 @@ fn regex_grep(
     let scope = &request.scope;
     let reader = store.reader()?;
     let start = StartClasses::of(&hir);
+    let required = Required::of(&hir);
     let tester = RecordTester::new(
         &regex,
         config.snippet_chars,
         searchable_by_row(&hir),
-        StartSearch::new(start.as_ref()),
+        StartSearch::new(start.as_ref(), required.as_ref()),
     );
     let mut collector = HitCollector::new(tester, limit);
 
@@ -1226,6 +1228,62 @@ mod tests {
                 },
             ] {
                 let page = first_regex_page(&store, &index, pattern, scope);
+                let found: Vec<MessageId> = page.hits.iter().map(|h| h.message).collect();
+                assert_eq!(found, expected, "{pattern}");
+            }
+        }
+    }
+
+    /// Patterns whose matches require a literal the engine does not look for, or a run of a
+    /// rare class (`required.rs`), are found in packed rows whose other fields (tool call ids
+    /// full of hexadecimal digits) hold such runs too, and nowhere else.
+    #[test]
+    fn required_literals_and_runs_find_exactly_the_matches_in_packed_rows() {
+        use lcm_core::message::{NewMessage, Part, Role};
+        let store = memory_store();
+        let session = store.create_session("s", None).unwrap();
+        let hash = "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39";
+        let tool_call = |i: usize, arguments: String| NewMessage {
+            parts: vec![Part::ToolCall {
+                id: format!("toolu_0123456789abcdef0123456789abcdef{i:08x}"),
+                name: "bash".into(),
+                arguments,
+            }],
+            ..NewMessage::text(Role::Assistant, "")
+        };
+        let mut batch: Vec<NewMessage> = (0..60)
+            .map(|i| tool_call(i, format!("{{\"cmd\": \"ls {i}\"}}")))
+            .collect();
+        batch[7] = tool_call(7, format!("{{\"cmd\": \"git show {hash}\"}}"));
+        batch[20] = NewMessage::text(Role::Tool, format!("commit {hash}\nraised TypeError"));
+        batch[33] = NewMessage::text(Role::User, format!("one short: {}", &hash[1..]));
+        batch[41] = NewMessage::text(Role::User, "Error alone, and KeyError: 'x'");
+        batch[50].parts = vec![
+            Part::Text {
+                text: hash[..20].into(),
+            },
+            Part::Text {
+                text: hash[20..].into(),
+            },
+        ];
+        let ids: Vec<MessageId> = store
+            .append_batch(session, batch)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        let config = SearchConfig::default();
+        let unindexed = SearchIndex::open_in_ram(&store, &config).unwrap();
+        let indexed = SearchIndex::open_in_ram(&store, &config).unwrap();
+        indexed.catch_up(&store, |_, _| {}).unwrap();
+        for (pattern, expected) in [
+            ("[0-9a-f]{40}", vec![ids[7], ids[20]]),
+            (r"\b[0-9a-f]{39}\b", vec![ids[33]]),
+            ("[A-Z][a-z]+Error", vec![ids[20], ids[41]]),
+            (r"[A-Z][a-z]{2}Error: '", vec![ids[41]]),
+        ] {
+            for index in [&unindexed, &indexed] {
+                let page = first_regex_page(&store, index, pattern, Scope::default());
                 let found: Vec<MessageId> = page.hits.iter().map(|h| h.message).collect();
                 assert_eq!(found, expected, "{pattern}");
             }

@@ -30,6 +30,7 @@ pub mod integrity;
 pub mod map_jobs;
 mod message_rows;
 mod pipeline;
+mod required;
 mod session_runs;
 mod start_classes;
 pub mod store;

@@ -17,6 +17,8 @@ use regex_automata::meta::{Cache, Regex};
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
+use crate::required::Required;
+
 /// Leading positions looked at, at most: three in a row of two or three ranges each already
 /// leave few candidates.
 const MAX_POSITIONS: usize = 3;
@@ -27,9 +29,9 @@ const MAX_RANGES: usize = 4;
 const MAX_CANDIDATE_RATE: f64 = 0.003;
 
 /// Candidates tried in one text before [`StartSearch`] checks how dense they are.
-const DENSE_AFTER: usize = 16;
+pub(crate) const DENSE_AFTER: usize = 16;
 /// Candidates closer together than this many bytes on average are too dense to try one by one.
-const DENSE_SPACING: usize = 64;
+pub(crate) const DENSE_SPACING: usize = 64;
 
 /// The byte classes of the first positions of every match of a regex (see the module
 /// documentation).
@@ -136,10 +138,13 @@ impl StartClasses {
 /// are dense (a text in capitals), trying each costs more than the plain search, so the
 /// prefilter is used in turns: on for [`PROBE_BYTES`] of text, then, if the candidates of those
 /// bytes were dense, off for [`OFF_BYTES`]; and within one text it hands over to the plain
-/// search as soon as the candidates it met are dense.
+/// search as soon as the candidates it met are dense. Before any of that, what every match
+/// requires ([`Required`]) passes over texts that cannot hold a match, or, for a pattern of
+/// bounded length, narrows the search to the stretches around what it requires.
 #[derive(Debug, Clone)]
 pub(crate) struct StartSearch<'r> {
     classes: Option<&'r StartClasses>,
+    required: Option<&'r Required>,
     /// Whether the prefilter is in use for the current stretch of text.
     on: bool,
     /// Candidates tried and bytes searched in the current stretch.
@@ -153,9 +158,10 @@ const PROBE_BYTES: usize = 64 << 10;
 const OFF_BYTES: usize = 1 << 20;
 
 impl<'r> StartSearch<'r> {
-    pub(crate) fn new(classes: Option<&'r StartClasses>) -> Self {
+    pub(crate) fn new(classes: Option<&'r StartClasses>, required: Option<&'r Required>) -> Self {
         StartSearch {
             classes,
+            required,
             on: true,
             tried: 0,
             searched: 0,
@@ -171,6 +177,14 @@ impl<'r> StartSearch<'r> {
         hay: &[u8],
         from: usize,
     ) -> Option<usize> {
+        if let Some(required) = self.required {
+            if required.is_bounded() {
+                return required.earliest_end(regex, cache, hay, from);
+            }
+            if !required.may_match(hay.get(from..).unwrap_or_default()) {
+                return None;
+            }
+        }
         let Some(classes) = self.classes else {
             return plain_earliest_end(regex, cache, hay, from);
         };
@@ -230,13 +244,18 @@ impl<'r> StartSearch<'r> {
 }
 
 /// The regex's own search for the earliest end of a match in `hay` at or after `from`.
-fn plain_earliest_end(regex: &Regex, cache: &mut Cache, hay: &[u8], from: usize) -> Option<usize> {
+pub(crate) fn plain_earliest_end(
+    regex: &Regex,
+    cache: &mut Cache,
+    hay: &[u8],
+    from: usize,
+) -> Option<usize> {
     let input = Input::new(hay).range(from..).earliest(true);
     regex.search_half_with(cache, &input).map(|m| m.offset())
 }
 
 /// Whether `hir` has a literal anywhere.
-fn has_literal(hir: &Hir) -> bool {
+pub(crate) fn has_literal(hir: &Hir) -> bool {
     match hir.kind() {
         HirKind::Literal(_) => true,
         HirKind::Empty | HirKind::Look(_) | HirKind::Class(_) => false,
@@ -247,7 +266,7 @@ fn has_literal(hir: &Hir) -> bool {
 }
 
 /// A set of bytes.
-type ByteSet = [bool; 256];
+pub(crate) type ByteSet = [bool; 256];
 
 /// Pushes onto `out` the sets of bytes that the first positions of every match of `hir` hold,
 /// as far as they are fixed (at most [`MAX_POSITIONS`] in all); returns whether every match
@@ -261,21 +280,11 @@ fn fixed_prefix(hir: &Hir, out: &mut Vec<ByteSet>) -> bool {
         HirKind::Empty | HirKind::Look(_) => true,
         // Patterns with a literal are refused before (`has_literal`).
         HirKind::Literal(_) => false,
-        HirKind::Class(Class::Bytes(class)) => {
-            let mut set = [false; 256];
-            for range in class.ranges() {
-                for b in range.start()..=range.end() {
-                    set[usize::from(b)] = true;
-                }
-            }
-            out.push(set);
-            true
-        }
-        HirKind::Class(Class::Unicode(class)) => {
-            out.push(unicode_class_bytes(class));
+        HirKind::Class(class) => {
+            out.push(class_bytes(class));
             // A class of ASCII characters is one byte; any other spans a varying number, so
             // the positions after it are unknown.
-            !has_wider_characters(class)
+            !matches!(class, Class::Unicode(class) if has_wider_characters(class))
         }
         HirKind::Capture(capture) => fixed_prefix(&capture.sub, out),
         HirKind::Concat(subs) => subs.iter().all(|sub| fixed_prefix(sub, out)),
@@ -332,8 +341,25 @@ fn has_wider_characters(class: &regex_syntax::hir::ClassUnicode) -> bool {
     class.ranges().iter().any(|r| !r.end().is_ascii())
 }
 
-/// The bytes a character of `class` can start with, and every byte of 0x80 and above when it
-/// has non-ASCII members (the bytes of a longer character).
+/// The bytes of `class`'s members: for a class of characters, the bytes a character can start
+/// with, and every byte of 0x80 and above when it has non-ASCII members (the bytes of a longer
+/// character).
+pub(crate) fn class_bytes(class: &Class) -> ByteSet {
+    match class {
+        Class::Unicode(class) => unicode_class_bytes(class),
+        Class::Bytes(class) => {
+            let mut set = [false; 256];
+            for range in class.ranges() {
+                for b in range.start()..=range.end() {
+                    set[usize::from(b)] = true;
+                }
+            }
+            set
+        }
+    }
+}
+
+/// [`class_bytes`] of a class of characters.
 fn unicode_class_bytes(class: &regex_syntax::hir::ClassUnicode) -> ByteSet {
     let mut set = [false; 256];
     for range in class.ranges() {
@@ -381,21 +407,42 @@ fn position_of(set: &ByteSet) -> Option<Position> {
 /// letters and spaces are common, capitals and digits rare.
 fn typical_share(position: &Position) -> f64 {
     // Non-ASCII bytes: box drawing, arrows, emoji and accents in mostly English transcripts.
-    let high = if position.high { 0.01 } else { 0.0 };
+    let high = if position.high { HIGH_SHARE } else { 0.0 };
     high + position
         .ranges
         .iter()
         .flat_map(|&(lo, hi)| lo..=hi)
-        .map(|b| match b {
-            b'a'..=b'z' => 0.025,
-            b' ' => 0.15,
-            b'\n' | b'\t' => 0.02,
-            b'A'..=b'Z' => 0.002,
-            b'0'..=b'9' => 0.003,
-            0x21..=0x7e => 0.003,
-            _ => 0.0001,
-        })
+        .map(byte_share)
         .sum::<f64>()
+}
+
+/// [`typical_share`] of a set of bytes.
+pub(crate) fn typical_share_of_set(set: &ByteSet) -> f64 {
+    let high = if set[0x80..].iter().any(|&b| b) {
+        HIGH_SHARE
+    } else {
+        0.0
+    };
+    high + (0..0x80u8)
+        .filter(|&b| set[usize::from(b)])
+        .map(byte_share)
+        .sum::<f64>()
+}
+
+/// The share of all bytes of 0x80 and above together.
+const HIGH_SHARE: f64 = 0.01;
+
+/// The share of one ASCII byte.
+fn byte_share(b: u8) -> f64 {
+    match b {
+        b'a'..=b'z' => 0.025,
+        b' ' => 0.15,
+        b'\n' | b'\t' => 0.02,
+        b'A'..=b'Z' => 0.002,
+        b'0'..=b'9' => 0.003,
+        0x21..=0x7e => 0.003,
+        _ => 0.0001,
+    }
 }
 
 #[cfg(test)]
@@ -501,10 +548,10 @@ mod tests {
         let (regex, start) = compiled(pattern);
         let hay = b"xx AA then BB1 and Z";
         let mut cache = regex.create_cache();
-        let plain = StartSearch::new(None).earliest_end(&regex, &mut cache, hay, 0);
+        let plain = StartSearch::new(None, None).earliest_end(&regex, &mut cache, hay, 0);
         assert_eq!(plain, Some(14));
         assert_eq!(
-            StartSearch::new(Some(&start)).earliest_end(&regex, &mut cache, hay, 0),
+            StartSearch::new(Some(&start), None).earliest_end(&regex, &mut cache, hay, 0),
             plain
         );
     }
@@ -517,7 +564,7 @@ mod tests {
         let mut hay = b"ABCDEFGH".repeat(40);
         hay.extend_from_slice(b" XYZ 42");
         let mut cache = regex.create_cache();
-        let mut search = StartSearch::new(Some(&start));
+        let mut search = StartSearch::new(Some(&start), None);
         assert_eq!(
             search.earliest_end(&regex, &mut cache, &hay, 0),
             Some(hay.len())
@@ -533,7 +580,7 @@ mod tests {
         let pattern = r"[A-Z]{3}\s[0-9]{2}";
         let (regex, start) = compiled(pattern);
         let mut cache = regex.create_cache();
-        let mut search = StartSearch::new(Some(&start));
+        let mut search = StartSearch::new(Some(&start), None);
         let capitals = b"HTTP GET STATUS OK ".repeat(10);
         let mut texts = 0;
         while search.on {
@@ -562,7 +609,7 @@ mod tests {
         let pattern = r"[A-Z]{3}\s[0-9]{2}";
         let (regex, start) = compiled(pattern);
         let mut cache = regex.create_cache();
-        let mut search = StartSearch::new(Some(&start));
+        let mut search = StartSearch::new(Some(&start), None);
         let prose = b"the request came back fine and the ABC cache was cold, ok. ".repeat(20);
         for _ in 0..2 * PROBE_BYTES / prose.len() {
             assert_eq!(search.earliest_end(&regex, &mut cache, &prose, 0), None);
@@ -608,8 +655,8 @@ mod tests {
             let from = from.min(hay.len());
             let mut cache = regex.create_cache();
             prop_assert_eq!(
-                StartSearch::new(start.as_ref()).earliest_end(&regex, &mut cache, &hay, from),
-                StartSearch::new(None).earliest_end(&regex, &mut cache, &hay, from)
+                StartSearch::new(start.as_ref(), None).earliest_end(&regex, &mut cache, &hay, from),
+                StartSearch::new(None, None).earliest_end(&regex, &mut cache, &hay, from)
             );
         }
     }
