@@ -313,7 +313,7 @@ pub(crate) fn last_id<T: ReadableTable<u64, &'static [u8]>>(table: &T) -> Result
 }
 
 /// Writes an append's records as rows: consecutive messages are gathered into packs, each
-/// written when it is full (or at [`Self::finish`]).
+/// written when it is full (or at [`Self::flush`]).
 #[derive(Default)]
 pub(crate) struct PackWriter {
     /// Id of the first gathered message.

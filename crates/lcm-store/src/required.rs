@@ -13,10 +13,10 @@
 //!   those alone are looked at first (a table lookup each), and only around one in the class
 //!   is the run measured, as the Boyer-Moore searches skip.
 //!
-//! Where a match's length is bounded (`[0-9a-f]{40}`: 40 bytes), a match lies within that many
-//! bytes of a place it requires, so only the stretches around those places are searched
-//! ([`Required::earliest_end`]): in a pack row of records, whose other fields (tool call ids)
-//! may hold such a place, the rest of the row is still passed over.
+//! Where a match's length is bounded (`[0-9a-f]{40}`: 40 bytes; up to [`MAX_WINDOW`]), a match
+//! lies within that many bytes of a place it requires, so only the stretches around those
+//! places are searched ([`Required::earliest_end`]): in a pack row of records, whose other
+//! fields (tool call ids) may hold such a place, the rest of the row is still passed over.
 //!
 //! Neither changes a result: what is searched is searched by the regex as before, and what is
 //! passed over cannot hold a match (the grep property test checks grep against a naive scan).
@@ -37,6 +37,9 @@ const MIN_LITERAL: usize = 3;
 const MAX_LITERALS: usize = 16;
 /// Runs shorter than this are left to the regex engine: their bytes are looked at too often.
 const MIN_RUN: u32 = 6;
+/// The longest match, in bytes, for which the search goes around places: each place costs a
+/// search of up to twice this, so past it one plain search of the text is the safer cost.
+const MAX_WINDOW: usize = 1024;
 /// The typical share of text in a run's class above which the run is left to the regex engine
 /// (lower-case letters, 0.65, would stop the skip at most bytes; `[0-9a-f]`, 0.18, does not).
 const MAX_RUN_SHARE: f64 = 0.25;
@@ -49,7 +52,7 @@ pub(crate) struct Required {
     literals: Option<Prefilter>,
     /// A run of bytes of one class.
     run: Option<Run>,
-    /// The most bytes a match can span, if that is bounded.
+    /// The most bytes a match can span, if that is bounded by [`MAX_WINDOW`].
     max_len: Option<usize>,
 }
 
@@ -96,7 +99,10 @@ impl Required {
         (literals.is_some() || run.is_some()).then(|| Required {
             literals,
             run,
-            max_len: hir.properties().maximum_len(),
+            max_len: hir
+                .properties()
+                .maximum_len()
+                .filter(|&len| len <= MAX_WINDOW),
         })
     }
 
@@ -358,6 +364,8 @@ mod tests {
         assert!(required("[0-9a-f]{40}").unwrap().is_bounded());
         assert!(required(".{0,30}Error").unwrap().is_bounded());
         assert!(!required("[A-Z][a-z]+Error").unwrap().is_bounded());
+        // Bounded, but by more than a window is worth: a gate on the whole text.
+        assert!(!required(".{0,5000}Error").unwrap().is_bounded());
     }
 
     #[test]
