@@ -1174,6 +1174,20 @@ mod tests {
         grep(store, index, &SearchConfig::default(), &request).unwrap()
     }
 
+    /// Appends `batch` as one batch (packed rows) and returns the messages' ids.
+    fn append_ids(
+        store: &Store,
+        session: SessionId,
+        batch: Vec<lcm_core::message::NewMessage>,
+    ) -> Vec<MessageId> {
+        store
+            .append_batch(session, batch)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.id)
+            .collect()
+    }
+
     fn memory_store() -> Store {
         Store::open_in_memory(crate::store::StoreOptions {
             counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
@@ -1204,12 +1218,7 @@ mod tests {
             }],
             ..NewMessage::text(Role::Assistant, "")
         };
-        let ids: Vec<MessageId> = store
-            .append_batch(session, batch)
-            .unwrap()
-            .into_iter()
-            .map(|a| a.id)
-            .collect();
+        let ids = append_ids(&store, session, batch);
         let config = SearchConfig::default();
         // Nothing indexed: every message is scanned.
         let index = SearchIndex::open_in_ram(&store, &config).unwrap();
@@ -1266,12 +1275,7 @@ mod tests {
                 text: hash[20..].into(),
             },
         ];
-        let ids: Vec<MessageId> = store
-            .append_batch(session, batch)
-            .unwrap()
-            .into_iter()
-            .map(|a| a.id)
-            .collect();
+        let ids = append_ids(&store, session, batch);
         let config = SearchConfig::default();
         let unindexed = SearchIndex::open_in_ram(&store, &config).unwrap();
         let indexed = SearchIndex::open_in_ram(&store, &config).unwrap();
