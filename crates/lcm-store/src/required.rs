@@ -54,6 +54,8 @@ pub(crate) struct Required {
     run: Option<Run>,
     /// The most bytes a match can span, if that is bounded by [`MAX_WINDOW`].
     max_len: Option<usize>,
+    /// The length of the shortest of `literals`.
+    shortest_literal: usize,
 }
 
 /// At least `len` bytes in a row, each in `class`.
@@ -64,8 +66,8 @@ struct Run {
 }
 
 /// Where in a text a match may lie, because it holds something every match requires: a match
-/// holding it starts no earlier than `max_len` bytes before `lo` and ends no later than
-/// `max_len` bytes after `hi`.
+/// holding it, or any later place, starts no earlier than `max_len` bytes before `lo`, and a
+/// match holding it ends no later than `max_len` bytes after `hi`.
 #[derive(Debug, Clone, Copy)]
 struct Place {
     lo: usize,
@@ -82,12 +84,12 @@ impl Required {
         // anyway: a second search for literals would only repeat it.
         let engine_prefilters =
             Prefilter::from_hir_prefix(MatchKind::LeftmostFirst, hir).is_some_and(|p| p.is_fast());
-        let literals = if engine_prefilters {
-            None
-        } else {
-            literal_cover(hir)
-                .filter(|set| shortest(set) >= MIN_LITERAL)
-                .and_then(|set| Prefilter::new(MatchKind::LeftmostFirst, &set))
+        let (literals, shortest_literal) = match literal_cover(hir) {
+            Some(set) if !engine_prefilters && shortest(&set) >= MIN_LITERAL => (
+                Prefilter::new(MatchKind::LeftmostFirst, &set),
+                shortest(&set),
+            ),
+            _ => (None, 0),
         };
         // A pattern with a literal byte anywhere may have the engine search for it (inside a
         // match, too: `[0-9a-f]{8}-[0-9a-f]{4}` looks for `-`), faster than a run is found.
@@ -103,6 +105,7 @@ impl Required {
                 .properties()
                 .maximum_len()
                 .filter(|&len| len <= MAX_WINDOW),
+            shortest_literal,
         })
     }
 
@@ -168,8 +171,11 @@ impl Required {
     fn next_place(&self, hay: &[u8], at: usize) -> Option<Place> {
         if let Some(literals) = &self.literals {
             let found = literals.find(hay, Span::from(at..hay.len()))?;
+            // A match holding this occurrence or a later one (which may be shorter, and end
+            // sooner: `cde` inside `abcdefghij`) ends at least the shortest literal's length
+            // past this one's start.
             return Some(Place {
-                lo: found.end,
+                lo: found.start + self.shortest_literal,
                 hi: found.start,
                 next: found.start + 1,
             });
@@ -386,6 +392,7 @@ mod tests {
                     "Err",
                     "0123456789",
                     "abcdef",
+                    "xabcdef",
                     "deadbeef",
                     "x",
                     " ",
@@ -420,6 +427,7 @@ mod tests {
                 r"(?:[a-f]|\d){15}",
                 "[a-z]{2}Err[a-z]",
                 r"[A-Z]?(?:rror|xception)\b",
+                "(?:abcdef|[a-z]{3}cde)",
             ][..],
         )
     }
@@ -443,6 +451,21 @@ mod tests {
                 prop_assert_eq!(required.earliest_end(&regex, &mut cache, hay, from), plain);
             }
         }
+    }
+
+    /// Of two literals, a shorter one found inside a longer one starts later but ends sooner:
+    /// a match holding it may start before the stretch around the longer one does.
+    #[test]
+    fn a_match_holding_a_shorter_literal_inside_a_longer_one_is_found() {
+        let pattern = "(?:abcdefghij|[a-z]{3}cde)";
+        let regex = Regex::new(pattern).unwrap();
+        let mut cache = regex.create_cache();
+        let required = required(pattern).unwrap();
+        assert!(required.is_bounded());
+        let hay = b"xyabcdefghij";
+        let plain = plain_earliest_end(&regex, &mut cache, hay, 0);
+        assert_eq!(plain, Some(7));
+        assert_eq!(required.earliest_end(&regex, &mut cache, hay, 0), plain);
     }
 
     #[test]
