@@ -35,6 +35,8 @@ const WORDS: &[&str] = &[
     "HTTP 404",
     "XYZ9",
     "20261125",
+    // Holds `bar` after its start and ending before its end: required literals that nest.
+    "foobarbaz",
 ];
 const SEPARATORS: &[&str] = &[" ", "\n", "-", ".", "", ", ", "\t"];
 
