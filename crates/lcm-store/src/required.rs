@@ -28,7 +28,7 @@ use regex_syntax::hir::{Hir, HirKind};
 
 use crate::start_classes::{
     ByteSet, DENSE_AFTER, DENSE_SPACING, class_bytes, has_literal, plain_earliest_end,
-    typical_share_of_set,
+    typical_share,
 };
 
 /// Literals shorter than this narrow too little to be worth a search of their own.
@@ -36,7 +36,7 @@ const MIN_LITERAL: usize = 3;
 /// At most this many literals in a set (an alternation of words).
 const MAX_LITERALS: usize = 16;
 /// Runs shorter than this are left to the regex engine: their bytes are looked at too often.
-const MIN_RUN: u32 = 6;
+const MIN_RUN: usize = 6;
 /// The longest match, in bytes, for which the search goes around places: each place costs a
 /// search of up to twice this, so past it one plain search of the text is the safer cost.
 const MAX_WINDOW: usize = 1024;
@@ -47,15 +47,23 @@ const MAX_RUN_SHARE: f64 = 0.25;
 /// What every match of a regex requires of a text (see the module documentation).
 #[derive(Debug, Clone)]
 pub(crate) struct Required {
-    /// One of these literals, if the regex engine does not already look for literals of its
-    /// own a match starts with.
-    literals: Option<Prefilter>,
-    /// A run of bytes of one class.
-    run: Option<Run>,
+    needs: Needs,
     /// The most bytes a match can span, if that is bounded by [`MAX_WINDOW`].
     max_len: Option<usize>,
-    /// The length of the shortest of `literals`.
-    shortest_literal: usize,
+}
+
+/// What a match holds: literals are looked for only where the regex engine does not look for
+/// literals of its own a match starts with, and runs only in patterns without a literal byte,
+/// so a pattern requires one or the other.
+#[derive(Debug, Clone)]
+enum Needs {
+    /// One of a set of literals, the shortest of them `shortest` bytes long.
+    Literals {
+        prefilter: Prefilter,
+        shortest: usize,
+    },
+    /// A run of bytes of one class.
+    Run(Run),
 }
 
 /// At least `len` bytes in a row, each in `class`.
@@ -84,28 +92,31 @@ impl Required {
         // anyway: a second search for literals would only repeat it.
         let engine_prefilters =
             Prefilter::from_hir_prefix(MatchKind::LeftmostFirst, hir).is_some_and(|p| p.is_fast());
-        let (literals, shortest_literal) = match literal_cover(hir) {
-            Some(set) if !engine_prefilters && shortest(&set) >= MIN_LITERAL => (
-                Prefilter::new(MatchKind::LeftmostFirst, &set),
-                shortest(&set),
-            ),
-            _ => (None, 0),
-        };
+        let literals = literal_cover(hir)
+            .filter(|set| !engine_prefilters && shortest(set) >= MIN_LITERAL)
+            .and_then(|set| {
+                Some(Needs::Literals {
+                    prefilter: Prefilter::new(MatchKind::LeftmostFirst, &set)?,
+                    shortest: shortest(&set),
+                })
+            });
         // A pattern with a literal byte anywhere may have the engine search for it (inside a
         // match, too: `[0-9a-f]{8}-[0-9a-f]{4}` looks for `-`), faster than a run is found.
-        let run = (!has_literal(hir))
-            .then(|| required_run(hir))
-            .flatten()
-            .filter(|run| run.len >= MIN_RUN as usize)
-            .filter(|run| typical_share_of_set(&run.class) <= MAX_RUN_SHARE);
-        (literals.is_some() || run.is_some()).then(|| Required {
-            literals,
-            run,
+        let run = || {
+            (!has_literal(hir))
+                .then(|| required_run(hir))
+                .flatten()
+                .filter(|run| run.len >= MIN_RUN)
+                .filter(|run| typical_share(&run.class) <= MAX_RUN_SHARE)
+                .map(Needs::Run)
+        };
+        let needs = literals.or_else(run)?;
+        Some(Required {
+            needs,
             max_len: hir
                 .properties()
                 .maximum_len()
                 .filter(|&len| len <= MAX_WINDOW),
-            shortest_literal,
         })
     }
 
@@ -116,17 +127,7 @@ impl Required {
 
     /// Whether `hay` may hold a match (`false`: it certainly holds none).
     pub(crate) fn may_match(&self, hay: &[u8]) -> bool {
-        let has_literal = || {
-            self.literals
-                .as_ref()
-                .is_none_or(|literals| literals.find(hay, Span::from(0..hay.len())).is_some())
-        };
-        let has_run = || {
-            self.run
-                .as_ref()
-                .is_none_or(|run| run.next(hay, 0).is_some())
-        };
-        has_run() && has_literal()
+        self.next_place(hay, 0).is_some()
     }
 
     /// The end of the earliest match of `regex` in `hay` at or after `from`, as the regex's own
@@ -166,29 +167,35 @@ impl Required {
         None
     }
 
-    /// The first place at or after `at` that a match requires: a literal's occurrence if the
-    /// pattern requires literals, else a long enough run of the run's class.
+    /// The first place at or after `at` that a match requires: a literal's occurrence, or a
+    /// long enough run of the run's class.
     fn next_place(&self, hay: &[u8], at: usize) -> Option<Place> {
-        if let Some(literals) = &self.literals {
-            let found = literals.find(hay, Span::from(at..hay.len()))?;
-            // A match holding this occurrence or a later one (which may be shorter, and end
-            // sooner: `cde` inside `abcdefghij`) ends at least the shortest literal's length
-            // past this one's start.
-            return Some(Place {
-                lo: found.start + self.shortest_literal,
-                hi: found.start,
-                next: found.start + 1,
-            });
+        match &self.needs {
+            Needs::Literals {
+                prefilter,
+                shortest,
+            } => {
+                let found = prefilter.find(hay, Span::from(at..hay.len()))?;
+                // A match holding this occurrence or a later one (which may be shorter, and
+                // end sooner: `cde` inside `abcdefghij`) ends at least the shortest literal's
+                // length past this one's start.
+                Some(Place {
+                    lo: found.start + shortest,
+                    hi: found.start,
+                    next: found.start + 1,
+                })
+            }
+            Needs::Run(run) => {
+                let (start, end) = run.next(hay, at)?;
+                // A match holds `len` bytes of the run: it starts at most `max_len` before the
+                // first `len` end, and ends at most `max_len` after the last `len` start.
+                Some(Place {
+                    lo: start + run.len,
+                    hi: end - run.len,
+                    next: end,
+                })
+            }
         }
-        let run = self.run.as_ref()?;
-        let (start, end) = run.next(hay, at)?;
-        // A match holds `len` bytes of the run: it starts at most `max_len` before the first
-        // `len` end, and ends at most `max_len` after the last `len` start.
-        Some(Place {
-            lo: start + run.len,
-            hi: end - run.len,
-            next: end,
-        })
     }
 }
 
@@ -284,6 +291,23 @@ fn required_run(hir: &Hir) -> Option<Run> {
 }
 
 #[cfg(test)]
+impl Required {
+    fn literals(&self) -> Option<&Prefilter> {
+        match &self.needs {
+            Needs::Literals { prefilter, .. } => Some(prefilter),
+            Needs::Run(_) => None,
+        }
+    }
+
+    fn run(&self) -> Option<&Run> {
+        match &self.needs {
+            Needs::Run(run) => Some(run),
+            Needs::Literals { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -329,13 +353,17 @@ mod tests {
     #[test]
     fn runs_of_a_rare_class_are_required() {
         let hash = required("[0-9a-f]{40}").unwrap();
-        assert!(hash.literals.is_none());
+        assert!(hash.literals().is_none());
         assert!(hash.may_match(b"commit 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39 on main"));
         assert!(!hash.may_match(b"a facade of deadbeef cafe in a decade of fed beds"));
         assert!(!hash.may_match(b"3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a3 is one short"));
         // The longest run of a concatenation.
         assert_eq!(
-            required(r"\b\d{6}\s[0-9a-f]{12}").unwrap().run.unwrap().len,
+            required(r"\b\d{6}\s[0-9a-f]{12}")
+                .unwrap()
+                .run()
+                .unwrap()
+                .len,
             12
         );
         // Short runs, runs of common classes, runs in only one branch or that may be absent
@@ -351,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_run_is_found_wherever_it_starts_and_cut_at_the_start_of_the_search() {
-        let run = required(r"\d{6}").unwrap().run.unwrap();
+        let run = required(r"\d{6}").unwrap().run().unwrap().clone();
         for lead in 0..14 {
             let hay = format!("{}1234567 and 12 3", "x".repeat(lead));
             assert_eq!(run.next(hay.as_bytes(), 0), Some((lead, lead + 7)), "{hay}");

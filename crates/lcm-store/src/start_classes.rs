@@ -87,11 +87,11 @@ impl StartClasses {
         let mut sets = Vec::new();
         fixed_prefix(hir, &mut sets);
         let positions: Vec<Position> = sets
-            .into_iter()
+            .iter()
             .take(MAX_POSITIONS)
-            .map_while(|set| position_of(&set))
+            .map_while(position_of)
             .collect();
-        let rate: f64 = positions.iter().map(typical_share).product();
+        let rate: f64 = sets[..positions.len()].iter().map(typical_share).product();
         (!positions.is_empty() && rate <= MAX_CANDIDATE_RATE).then_some(StartClasses { positions })
     }
 
@@ -403,21 +403,10 @@ fn position_of(set: &ByteSet) -> Option<Position> {
         .then_some(Position { ranges, high })
 }
 
-/// A rough share of the bytes of English prose and code in `position`'s class: lower-case
-/// letters and spaces are common, capitals and digits rare.
-fn typical_share(position: &Position) -> f64 {
+/// A rough share of the bytes of English prose and code in `set`: lower-case letters and spaces
+/// are common, capitals and digits rare.
+pub(crate) fn typical_share(set: &ByteSet) -> f64 {
     // Non-ASCII bytes: box drawing, arrows, emoji and accents in mostly English transcripts.
-    let high = if position.high { HIGH_SHARE } else { 0.0 };
-    high + position
-        .ranges
-        .iter()
-        .flat_map(|&(lo, hi)| lo..=hi)
-        .map(byte_share)
-        .sum::<f64>()
-}
-
-/// [`typical_share`] of a set of bytes.
-pub(crate) fn typical_share_of_set(set: &ByteSet) -> f64 {
     let high = if set[0x80..].iter().any(|&b| b) {
         HIGH_SHARE
     } else {
