@@ -6,6 +6,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use lcm::store::{Store, StoreOptions};
 use serde_json::Value;
 
 fn lcm(data_dir: &Path, args: &[&str]) -> Output {
@@ -585,4 +586,106 @@ fn map_run_status_cancel_and_resume() {
         &["--config", &config, "map", "status", "--json"],
     ));
     assert_eq!(all.as_array().map(Vec::len), Some(2), "nothing more stored");
+}
+
+/// Ctrl-C during `lcm import` of many files: the file in hand is finished, the rest are not
+/// started, the store is closed cleanly (a read-only open needs no recovery), every imported
+/// file is stored whole, the exit code is 130, and the same command then imports the rest.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_import_stops_between_files_and_closes_the_store() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    const FILES: usize = 1_000;
+    const PER_FILE: usize = 5;
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().join("data");
+    let files: Vec<std::path::PathBuf> = (0..FILES)
+        .map(|i| {
+            let path = tmp.path().join(format!("t{i:04}.jsonl"));
+            let lines: String = (0..PER_FILE)
+                .map(|j| {
+                    format!(
+                        "{}\n",
+                        serde_json::json!({
+                            "session": format!("file-{i}"),
+                            "role": if j % 2 == 0 { "user" } else { "assistant" },
+                            "created_at": "2026-11-26T08:00:00Z",
+                            "key": format!("m{j}"),
+                            "content": format!("message {j} of file {i}"),
+                        })
+                    )
+                })
+                .collect();
+            std::fs::write(&path, lines).unwrap();
+            path
+        })
+        .collect();
+    let import = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lcm"));
+        command
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["import", "--quiet", "--format", "lcm"])
+            .args(&files)
+            .env_remove("LCM_CONFIG");
+        command
+    };
+
+    let mut child = import()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    // The first file's report: the import is under way, its signal handler installed.
+    while !printed.contains("new messages") {
+        assert_ne!(stdout.read_line(&mut printed).unwrap(), 0, "{printed}");
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    std::io::Read::read_to_string(&mut stdout, &mut printed).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted: imported"), "{stderr}");
+    assert!(stderr.contains("did not start"), "{stderr}");
+
+    // Every report printed is one file stored whole; the others were not started.
+    let reported = printed.matches("5 new messages").count();
+    assert!(
+        (1..FILES).contains(&reported),
+        "{reported} files reported:\n{printed}"
+    );
+    let options = || StoreOptions {
+        counter: lcm::TokenCounter::new(lcm::core::config::Config::default().tokenizer.encoding()),
+    };
+    // Closed cleanly: a read-only open, which refuses a store that needs recovery, succeeds.
+    let store = Store::open_read_only(data_dir.join("lcm.redb"), options())
+        .expect("the interrupted import closed the store");
+    let sessions = store.sessions().unwrap();
+    assert_eq!(sessions.len(), reported, "{printed}");
+    assert!(
+        sessions.iter().all(|s| s.message_count == PER_FILE as u64),
+        "{sessions:?}"
+    );
+    drop(store);
+
+    // The same command imports the rest and skips what is stored.
+    let again = import().arg("--json").output().unwrap();
+    let report = json(&again);
+    let imported: u64 = report["imports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["imported"].as_u64().unwrap())
+        .sum();
+    assert_eq!(imported, ((FILES - reported) * PER_FILE) as u64);
+    let store = Store::open_read_only(data_dir.join("lcm.redb"), options()).unwrap();
+    assert_eq!(store.stats().unwrap().messages, (FILES * PER_FILE) as u64);
 }

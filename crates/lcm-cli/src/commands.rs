@@ -11,6 +11,7 @@ use lcm_core::time::Timestamp;
 use lcm_store::import::{ImportOptions, ImportReport, import_file};
 use lcm_store::{DataDir, GrepMode, GrepRequest, Scope};
 
+use crate::interrupt::{Interrupt, Interrupted};
 use crate::output::{bytes_bar, count_bar, print_json, spinner, thousands};
 use crate::{App, Mode};
 
@@ -43,8 +44,13 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
         strict: args.strict,
         batch_size: app.config.import.batch_size,
     };
+    // Ctrl-C or SIGTERM stops the import after the file in hand, with the store closed cleanly.
+    let interrupt = Interrupt::install()?;
     let mut reports = Vec::new();
-    for path in &args.paths {
+    for (n, path) in args.paths.iter().enumerate() {
+        if interrupt.requested() {
+            return Err(import_interrupted(app, reports, &args.paths[n..]));
+        }
         let size = std::fs::metadata(path)
             .with_context(|| format!("cannot read {}", path.display()))?
             .len();
@@ -65,6 +71,9 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
         }
         reports.push(report);
     }
+    if interrupt.requested() {
+        return Err(import_interrupted(app, reports, &[]));
+    }
     let indexed = catch_up_index(app, &data)?;
     if app.json {
         print_json(&serde_json::json!({ "imports": reports, "indexed": indexed }))?;
@@ -72,6 +81,38 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
         println!("indexed {} new messages", thousands(indexed));
     }
     Ok(())
+}
+
+/// The error of an import stopped by a signal: every file in `reports` is stored whole, those
+/// of `not_imported` were not started. With `--json` the reports still go to stdout. The index
+/// is left to catch up later (the next import, `lcm reindex` or the daemon); grep scans the
+/// messages it has not indexed, so they are found meanwhile.
+fn import_interrupted(
+    app: &App,
+    reports: Vec<ImportReport>,
+    not_imported: &[PathBuf],
+) -> anyhow::Error {
+    if app.json {
+        let printed = print_json(&serde_json::json!({
+            "imports": reports,
+            "interrupted": true,
+            "not_imported": not_imported,
+        }));
+        if let Err(e) = printed {
+            return e;
+        }
+    }
+    let rest = match not_imported.len() {
+        0 => String::new(),
+        1 => " and did not start 1 file".to_owned(),
+        n => format!(" and did not start {n} files"),
+    };
+    Interrupted(format!(
+        "imported {} file(s) whole{rest}; the same command imports the rest \
+         (what is stored already is skipped)",
+        reports.len()
+    ))
+    .into()
 }
 
 fn print_import_report(r: &ImportReport) {

@@ -8,6 +8,7 @@ mod commands;
 mod dag_commands;
 mod demo;
 mod doctor;
+mod interrupt;
 mod map_commands;
 mod mcp;
 mod output;
@@ -99,7 +100,11 @@ pub fn run() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", report(&error));
-            ExitCode::FAILURE
+            if error.is::<interrupt::Interrupted>() {
+                ExitCode::from(interrupt::INTERRUPTED_EXIT_CODE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
