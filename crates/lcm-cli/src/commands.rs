@@ -103,16 +103,16 @@ fn import_interrupted(
         }
     }
     let rest = match not_imported.len() {
-        0 => String::new(),
-        1 => " and did not start 1 file".to_owned(),
-        n => format!(" and did not start {n} files"),
+        0 => "; the index catches up at the next import or `lcm reindex`".to_owned(),
+        1 => " and did not start 1 file; the same command imports it \
+              (what is stored already is skipped)"
+            .to_owned(),
+        n => format!(
+            " and did not start {n} files; the same command imports them \
+             (what is stored already is skipped)"
+        ),
     };
-    Interrupted(format!(
-        "imported {} file(s) whole{rest}; the same command imports the rest \
-         (what is stored already is skipped)",
-        reports.len()
-    ))
-    .into()
+    Interrupted(format!("imported {} file(s) whole{rest}", reports.len())).into()
 }
 
 fn print_import_report(r: &ImportReport) {
