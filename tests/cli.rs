@@ -689,3 +689,93 @@ fn an_interrupted_import_stops_between_files_and_closes_the_store() {
     let store = Store::open_read_only(data_dir.join("lcm.redb"), options()).unwrap();
     assert_eq!(store.stats().unwrap().messages, (FILES * PER_FILE) as u64);
 }
+
+/// Ctrl-C during `lcm reindex`: the rebuild ends at its next commit, the store is closed
+/// cleanly, the index covers a prefix of the messages (its watermark), grep still finds a
+/// message past it, and the exit code is 130.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_reindex_ends_at_a_commit_and_grep_stays_complete() {
+    const MESSAGES: usize = 4_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().join("data");
+    let transcript = tmp.path().join("t.jsonl");
+    let lines: String = (0..MESSAGES)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({
+                    "session": "s",
+                    "role": "user",
+                    "key": format!("m{i}"),
+                    "content": format!("reindexed message marker{i:05} of the test"),
+                })
+            )
+        })
+        .collect();
+    std::fs::write(&transcript, lines).unwrap();
+    // A commit every 20 messages: the rebuild takes many commits, each a chance to stop.
+    let config = tmp.path().join("config.toml");
+    std::fs::write(&config, "[search]\nindex_batch = 20\n").unwrap();
+    let run = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lcm"));
+        command
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--config")
+            .arg(&config)
+            .args(args);
+        command
+    };
+    let imported = json(
+        &run(&["import", "--json", transcript.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(imported["indexed"].as_u64(), Some(MESSAGES as u64));
+
+    let meta = data_dir.join("index/meta.json");
+    let before = std::fs::read(&meta).unwrap();
+    let child = run(&["reindex", "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The rebuild's first commit (every document deleted) rewrites tantivy's meta.json; the
+    // signal handler was installed before it.
+    let waited = std::time::Instant::now();
+    while std::fs::read(&meta).is_ok_and(|now| now == before) {
+        assert!(
+            waited.elapsed().as_secs() < 60,
+            "the rebuild never committed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("the index covers the first"), "{stderr}");
+
+    // Closed cleanly, and the watermark is a commit's: a multiple of 20, short of the end.
+    let options = StoreOptions {
+        counter: lcm::TokenCounter::new(lcm::core::config::Config::default().tokenizer.encoding()),
+    };
+    let store = Store::open_read_only(data_dir.join("lcm.redb"), options)
+        .expect("the interrupted reindex closed the store");
+    let watermark = store.stats().unwrap().index_watermark.0;
+    assert!(watermark < MESSAGES as u64, "{watermark}");
+    assert_eq!(watermark % 20, 0, "{watermark}");
+    drop(store);
+    // The last message, past the watermark, is found (by the scan of what is not indexed).
+    let page = json(
+        &run(&["grep", "--json", &format!("marker{:05}", MESSAGES - 1)])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(page["hits"].as_array().unwrap().len(), 1, "{page}");
+}

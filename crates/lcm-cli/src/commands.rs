@@ -37,6 +37,8 @@ fn parse_format(s: &str) -> Result<Format, String> {
 }
 
 pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
+    // Ctrl-C or SIGTERM stops the import after the file in hand, with the store closed cleanly.
+    let interrupt = Interrupt::install()?;
     let data = app.open()?;
     let options = ImportOptions {
         format: args.format,
@@ -44,8 +46,6 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
         strict: args.strict,
         batch_size: app.config.import.batch_size,
     };
-    // Ctrl-C or SIGTERM stops the import after the file in hand, with the store closed cleanly.
-    let interrupt = Interrupt::install()?;
     let mut reports = Vec::new();
     for (n, path) in args.paths.iter().enumerate() {
         if interrupt.requested() {
@@ -408,15 +408,33 @@ pub fn vacuum(app: &App) -> Result<()> {
 }
 
 pub fn reindex(app: &App) -> Result<()> {
+    // Ctrl-C or SIGTERM stops the rebuild at its next commit, with the store closed cleanly.
+    let interrupt = Interrupt::install()?;
     let data = app.open()?;
     let total = data.store.next_message_id()?.0;
     let bar = count_bar(app.quiet, "reindexing", total);
-    let indexed = data.index.rebuild(&data.store, |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
+    let indexed = data.index.rebuild_until(
+        &data.store,
+        |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+        || interrupt.requested(),
+    );
     bar.finish_and_clear();
     let indexed = indexed?;
+    if indexed < total {
+        if app.json {
+            print_json(&serde_json::json!({ "indexed": indexed, "interrupted": true }))?;
+        }
+        return Err(Interrupted(format!(
+            "the index covers the first {} of {} messages; grep scans the rest, and the next \
+             import, `lcm serve` or `lcm reindex` indexes them",
+            thousands(indexed),
+            thousands(total)
+        ))
+        .into());
+    }
     if app.json {
         return print_json(&serde_json::json!({ "indexed": indexed }));
     }

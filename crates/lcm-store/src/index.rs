@@ -351,7 +351,20 @@ impl SearchIndex {
     /// `progress` is called with (indexed so far, total to index). Returns how many messages
     /// were indexed. A read-only store is refused with [`StoreError::ReadOnly`] before the index
     /// changes.
-    pub fn catch_up(&self, store: &Store, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
+    pub fn catch_up(&self, store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
+        self.catch_up_until(store, progress, || false)
+    }
+
+    /// [`catch_up`](Self::catch_up), asking `stop` after each commit whether to end there (a
+    /// command interrupted by Ctrl-C): the index then covers the messages below its watermark,
+    /// as after any commit, and the next catch-up goes on from it. Returns how many messages
+    /// were indexed.
+    pub fn catch_up_until(
+        &self,
+        store: &Store,
+        mut progress: impl FnMut(u64, u64),
+        stop: impl Fn() -> bool,
+    ) -> Result<u64> {
         if store.is_read_only() {
             return Err(StoreError::ReadOnly);
         }
@@ -383,6 +396,9 @@ impl SearchIndex {
             done += to - from;
             progress(done, total);
             from = to;
+            if from < end && stop() {
+                break;
+            }
         }
         guard.trigrams.release_bulk_memory();
         Ok(done)
@@ -512,6 +528,17 @@ impl SearchIndex {
 
     /// Drops everything and indexes the whole store again.
     pub fn rebuild(&self, store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
+        self.rebuild_until(store, progress, || false)
+    }
+
+    /// [`rebuild`](Self::rebuild), ending after the first commit at which `stop` says so (see
+    /// [`catch_up_until`](Self::catch_up_until)).
+    pub fn rebuild_until(
+        &self,
+        store: &Store,
+        progress: impl FnMut(u64, u64),
+        stop: impl Fn() -> bool,
+    ) -> Result<u64> {
         if store.is_read_only() {
             return Err(StoreError::ReadOnly);
         }
@@ -531,7 +558,7 @@ impl SearchIndex {
             // After the commit: segments past a watermark of 0 are deleted at open anyway.
             self.trigrams.clear()?;
         }
-        self.catch_up(store, progress)
+        self.catch_up_until(store, progress, stop)
     }
 
     fn document(&self, id: MessageId, m: &MessageRecordView<'_>, text: &str) -> TantivyDocument {
@@ -909,6 +936,53 @@ mod tests {
         assert_indexed_once(&store, &index, 13);
         assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 0);
         assert_indexed_once(&store, &index, 13);
+    }
+
+    #[test]
+    fn a_stopped_catch_up_ends_at_a_commit_and_the_next_one_goes_on_from_it() {
+        let (_dir, store, index, session) = fixture(4);
+        append(&store, session, 0, 10);
+        // Asked to stop after its first commit: the watermark is that commit's.
+        let asked = std::cell::Cell::new(0);
+        let stop = || {
+            asked.set(asked.get() + 1);
+            true
+        };
+        assert_eq!(index.catch_up_until(&store, |_, _| {}, stop).unwrap(), 4);
+        assert_eq!(asked.get(), 1);
+        assert_eq!(index.watermark().0, 4);
+        assert_eq!(store.stats().unwrap().index_watermark.0, 4);
+        assert_eq!(index.num_docs(), 4);
+        // Grep stays complete: the messages past the watermark are scanned.
+        let page = grep(
+            &store,
+            &index,
+            &SearchConfig::default(),
+            &GrepRequest {
+                pattern: "number[0-9] ".into(),
+                mode: GrepMode::Regex,
+                scope: Scope::default(),
+                limit: Some(20),
+                cursor: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(page.hits.len(), 10);
+        // The next catch-up indexes the rest; a rebuild stopped at once covers its first batch.
+        assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 6);
+        assert_indexed_once(&store, &index, 10);
+        assert_eq!(index.rebuild_until(&store, |_, _| {}, || true).unwrap(), 4);
+        assert_eq!(index.watermark().0, 4);
+        assert_eq!(index.num_docs(), 4);
+        // Not asked after the last commit: a stop there would change nothing.
+        let asked = std::cell::Cell::new(0);
+        let stop = || {
+            asked.set(asked.get() + 1);
+            false
+        };
+        assert_eq!(index.catch_up_until(&store, |_, _| {}, stop).unwrap(), 6);
+        assert_eq!(asked.get(), 1, "asked after the commit at 8, not after 10");
+        assert_indexed_once(&store, &index, 10);
     }
 
     #[test]
