@@ -6,7 +6,6 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use lcm::store::{Store, StoreOptions};
 use serde_json::Value;
 
 fn lcm(data_dir: &Path, args: &[&str]) -> Output {
@@ -644,11 +643,7 @@ fn an_interrupted_import_stops_between_files_and_closes_the_store() {
     while !printed.contains("new messages") {
         assert_ne!(stdout.read_line(&mut printed).unwrap(), 0, "{printed}");
     }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    common::send_sigint(child.id());
     std::io::Read::read_to_string(&mut stdout, &mut printed).unwrap();
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -662,12 +657,9 @@ fn an_interrupted_import_stops_between_files_and_closes_the_store() {
         (1..FILES).contains(&reported),
         "{reported} files reported:\n{printed}"
     );
-    let options = || StoreOptions {
-        counter: lcm::TokenCounter::new(lcm::core::config::Config::default().tokenizer.encoding()),
-    };
     // Closed cleanly: a read-only open, which refuses a store that needs recovery, succeeds.
-    let store = Store::open_read_only(data_dir.join("lcm.redb"), options())
-        .expect("the interrupted import closed the store");
+    let store =
+        common::open_closed_store(&data_dir).expect("the interrupted import closed the store");
     let sessions = store.sessions().unwrap();
     assert_eq!(sessions.len(), reported, "{printed}");
     assert!(
@@ -686,7 +678,7 @@ fn an_interrupted_import_stops_between_files_and_closes_the_store() {
         .map(|r| r["imported"].as_u64().unwrap())
         .sum();
     assert_eq!(imported, ((FILES - reported) * PER_FILE) as u64);
-    let store = Store::open_read_only(data_dir.join("lcm.redb"), options()).unwrap();
+    let store = common::open_closed_store(&data_dir).unwrap();
     assert_eq!(store.stats().unwrap().messages, (FILES * PER_FILE) as u64);
 }
 
@@ -751,22 +743,15 @@ fn an_interrupted_reindex_ends_at_a_commit_and_grep_stays_complete() {
         );
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    common::send_sigint(child.id());
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("the index covers the first"), "{stderr}");
 
     // Closed cleanly, and the watermark is a commit's: a multiple of 20, short of the end.
-    let options = StoreOptions {
-        counter: lcm::TokenCounter::new(lcm::core::config::Config::default().tokenizer.encoding()),
-    };
-    let store = Store::open_read_only(data_dir.join("lcm.redb"), options)
-        .expect("the interrupted reindex closed the store");
+    let store =
+        common::open_closed_store(&data_dir).expect("the interrupted reindex closed the store");
     let watermark = store.stats().unwrap().index_watermark.0;
     assert!(watermark < MESSAGES as u64, "{watermark}");
     assert_eq!(watermark % 20, 0, "{watermark}");

@@ -14,17 +14,11 @@ use lcm::core::message::{NewMessage, Role};
 use lcm::core::summary::NodeRef;
 use lcm::engine::compact;
 use lcm::llm::ExtractiveSummarizer;
-use lcm::store::{Store, StoreOptions};
-use lcm::{Encoding, MessageId, SessionId, TokenCounter};
+use lcm::store::Store;
+use lcm::{MessageId, SessionId};
 
 const CHILD_ENV: &str = "LCM_COMPACTION_CRASH_STORE";
 const TEST_NAME: &str = "compaction_survives_sigkill_at_any_moment";
-
-fn options() -> StoreOptions {
-    StoreOptions {
-        counter: TokenCounter::new(Encoding::O200kBase),
-    }
-}
 
 fn config() -> CompactionConfig {
     CompactionConfig {
@@ -39,7 +33,7 @@ fn config() -> CompactionConfig {
 
 /// The child: append a few messages, compact for a small window, forever.
 fn child(path: &str) {
-    let store = Store::open(path, options()).expect("open");
+    let store = Store::open(path, common::store_options()).expect("open");
     let session = store.ensure_session("crash").expect("session");
     let summarizer = ExtractiveSummarizer::new(store.counter());
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -143,7 +137,7 @@ fn compaction_survives_sigkill_at_any_moment() {
         std::thread::sleep(Duration::from_millis(300 + rng.below(1_200)));
         child.kill().unwrap(); // SIGKILL, wherever the child is
         child.wait().unwrap();
-        let store = Store::open(&path, options()).unwrap();
+        let store = Store::open(&path, common::store_options()).unwrap();
         let Some(session) = store.session_id_for_key("crash").unwrap() else {
             continue; // killed before the session existed
         };

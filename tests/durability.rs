@@ -15,21 +15,15 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use lcm::MessageId;
 use lcm::core::message::{NewMessage, Role};
+use lcm::store::Store;
 use lcm::store::import::{ImportOptions, import_file};
-use lcm::store::{Store, StoreOptions};
-use lcm::{Encoding, MessageId, TokenCounter};
 
 const CHILD_ENV: &str = "LCM_DURABILITY_CHILD_STORE";
 const TEST_NAME: &str = "acknowledged_appends_survive_sigkill";
 const IMPORT_CHILD_ENV: &str = "LCM_DURABILITY_IMPORT_CHILD_STORE";
 const IMPORT_TEST_NAME: &str = "acknowledged_imports_survive_sigkill";
-
-fn options() -> StoreOptions {
-    StoreOptions {
-        counter: TokenCounter::new(Encoding::O200kBase),
-    }
-}
 
 fn text_for(n: u64) -> String {
     format!(
@@ -40,7 +34,7 @@ fn text_for(n: u64) -> String {
 
 /// The child: appends forever, printing `ack <id> <n>` after each append returns.
 fn child(path: &str) {
-    let store = Store::open(path, options()).expect("child opens store");
+    let store = Store::open(path, common::store_options()).expect("child opens store");
     let session = store.ensure_session("durability").expect("session");
     let mut out = std::io::stdout().lock();
     let mut n = 0u64;
@@ -81,7 +75,7 @@ fn acknowledged_appends_survive_sigkill() {
             Some((id, n))
         });
 
-        let store = Store::open(&path, options()).unwrap();
+        let store = Store::open(&path, common::store_options()).unwrap();
         for (id, n) in &acked {
             let m = store.message(MessageId(*id)).unwrap_or_else(|e| {
                 panic!("seed {seed}: acknowledged msg_{id} lost after SIGKILL: {e}")
@@ -114,7 +108,7 @@ const LINES_PER_FILE: u64 = 3;
 /// in lcm's JSONL format) next to the store, imports each, and prints `ack <n>` when the
 /// import returns.
 fn import_child(path: &str) {
-    let store = Store::open(path, options()).expect("child opens store");
+    let store = Store::open(path, common::store_options()).expect("child opens store");
     let dir = std::path::Path::new(path).with_extension("files");
     std::fs::create_dir_all(&dir).expect("files dir");
     let mut out = std::io::stdout().lock();
@@ -151,7 +145,7 @@ fn acknowledged_imports_survive_sigkill() {
                 n.parse::<u64>().ok()
             });
 
-        let store = Store::open(&path, options()).unwrap();
+        let store = Store::open(&path, common::store_options()).unwrap();
         for n in &acked {
             let session = store
                 .session_id_for_key(&format!("imported-{n}"))

@@ -7,10 +7,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use lcm::DataDir;
 use lcm::core::config::Config;
 use lcm::core::message::{NewMessage, Role};
-use lcm::store::{GrepMode, GrepRequest, Scope, Store, StoreError, StoreOptions, grep};
-use lcm::{DataDir, TokenCounter};
+use lcm::store::{GrepMode, GrepRequest, Scope, Store, StoreError, grep};
 
 /// Every file under `dir` with its bytes.
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -53,12 +53,6 @@ fn request(pattern: &str) -> GrepRequest {
         scope: Scope::default(),
         limit: None,
         cursor: None,
-    }
-}
-
-fn options() -> StoreOptions {
-    StoreOptions {
-        counter: TokenCounter::new(Config::default().tokenizer.encoding()),
     }
 }
 
@@ -119,7 +113,7 @@ fn writes_through_a_read_only_store_are_refused_and_change_nothing() {
 fn a_missing_store_is_a_clear_error_read_only_and_created_by_the_data_dir_fallback() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("absent.redb");
-    let err = Store::open_read_only(&path, options()).unwrap_err();
+    let err = Store::open_read_only(&path, common::store_options()).unwrap_err();
     assert!(
         matches!(&err, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
         "{err}"
@@ -149,7 +143,8 @@ fn a_store_that_needs_recovery_is_refused_read_only_and_recovered_by_the_fallbac
         .unwrap();
         drop(data);
     }
-    let err = Store::open_read_only(crashed.path().join("lcm.redb"), options()).unwrap_err();
+    let err = Store::open_read_only(crashed.path().join("lcm.redb"), common::store_options())
+        .unwrap_err();
     assert!(matches!(err, StoreError::NeedsRecovery(_)), "{err}");
     assert!(err.to_string().contains("recovery"), "{err}");
 

@@ -3,8 +3,9 @@
 
 use std::path::PathBuf;
 
+use lcm::TokenCounter;
 use lcm::core::config::Config;
-use lcm::store::DataDir;
+use lcm::store::{DataDir, Store, StoreOptions};
 
 /// `../shared/data` beside the repository, if present (a fresh clone of the project alone has
 /// none: tests that need it skip with a message).
@@ -44,6 +45,32 @@ pub fn temp_data_dir() -> (tempfile::TempDir, DataDir) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let data = DataDir::open(tmp.path().join("data"), &Config::default()).expect("open data dir");
     (tmp, data)
+}
+
+/// Options for opening a [`Store`] directly, with the default configuration's tokenizer.
+pub fn store_options() -> StoreOptions {
+    StoreOptions {
+        counter: TokenCounter::new(Config::default().tokenizer.encoding()),
+    }
+}
+
+/// The store of a closed data directory, opened read-only: this fails with
+/// `StoreError::NeedsRecovery` if the last process to write it did not close it cleanly.
+pub fn open_closed_store(data_dir: &std::path::Path) -> lcm::store::Result<Store> {
+    Store::open_read_only(
+        data_dir.join(lcm::store::data_dir::STORE_FILE),
+        store_options(),
+    )
+}
+
+/// Sends SIGINT (what Ctrl-C sends) to process `pid`.
+#[cfg(unix)]
+pub fn send_sigint(pid: u32) {
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -INT {pid}");
 }
 
 /// A tiny deterministic generator (tests must not depend on a random crate's stream).

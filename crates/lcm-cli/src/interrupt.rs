@@ -1,11 +1,11 @@
-//! Ctrl-C (SIGINT) and SIGTERM during a long command that writes (`lcm import`).
+//! Ctrl-C (SIGINT) and SIGTERM during a long command that writes (`lcm import`, `lcm reindex`).
 //!
 //! Killed by the signal's default action, such a command leaves the store unclosed: nothing
 //! acknowledged is lost (every commit is durable), but the next open has to recover the file,
 //! which reads the whole store (about 0.2 s for 134 MB here; seconds for gigabytes), and the
-//! user learns nothing about what was imported. With [`Interrupt::install`] the first signal
-//! only raises a flag: the command finishes the unit of work in hand (one file), closes the
-//! store cleanly, says what was done and what was not, and exits with 130 ([`Interrupted`]).
+//! user learns nothing about what was done. With [`Interrupt::install`] the first signal
+//! only raises a flag: the command finishes the unit of work in hand (a file, an index commit),
+//! closes the store cleanly, says what was done and what was not, and exits with 130 ([`Interrupted`]).
 //! A second signal ends the process at once, as the default would.
 
 use std::fmt;
