@@ -28,6 +28,7 @@ pub struct Config {
     pub tokenizer: TokenizerConfig,
     pub search: SearchConfig,
     pub import: ImportConfig,
+    pub files: FilesConfig,
     pub compaction: CompactionConfig,
     pub llm: LlmConfig,
     pub runtime: RuntimeConfig,
@@ -65,11 +66,18 @@ impl Config {
                 self.tokenizer.safety_margin
             )));
         }
+        if self.import.max_line_bytes < 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "import.max_line_bytes must be at least 1024, got {}",
+                self.import.max_line_bytes
+            )));
+        }
         if self.import.batch_size == 0 || s.index_batch == 0 {
             return Err(ConfigError::Invalid(
                 "import.batch_size and search.index_batch must be at least 1".into(),
             ));
         }
+        self.files.validate()?;
         self.compaction.validate()?;
         self.runtime.validate()?;
         self.map.validate()?;
@@ -185,11 +193,17 @@ impl Default for SearchConfig {
 pub struct ImportConfig {
     /// Messages per store transaction.
     pub batch_size: usize,
+    /// Longest transcript line (or JSON document) an import reads, in bytes. A longer line is
+    /// never held in memory: it is passed over and reported as a bad line.
+    pub max_line_bytes: usize,
 }
 
 impl Default for ImportConfig {
     fn default() -> Self {
-        ImportConfig { batch_size: 5_000 }
+        ImportConfig {
+            batch_size: 5_000,
+            max_line_bytes: 64 << 20,
+        }
     }
 }
 
@@ -248,8 +262,13 @@ pub struct CompactionConfig {
     pub soft_threshold: f64,
     /// Fraction of the budget above which assembly waits for compaction.
     pub hard_threshold: f64,
-    /// The most recent messages, never compacted (a tool call is never split from its result).
+    /// The most recent messages, never compacted (a tool call is never split from its result)
+    /// while they fit in `fresh_tail_max_share` of the budget.
     pub fresh_tail: usize,
+    /// Largest share of the budget the fresh tail may hold: past it the tail yields its oldest
+    /// messages (a tool call with its results) to compaction, so that a few large messages
+    /// cannot keep a context over its budget. In (0, 1].
+    pub fresh_tail_max_share: f64,
     /// Largest raw span a leaf summary covers, in tokens.
     pub leaf_chunk_tokens: u32,
     /// Target size of a leaf summary, in tokens.
@@ -270,6 +289,7 @@ impl Default for CompactionConfig {
             soft_threshold: 0.75,
             hard_threshold: 0.9,
             fresh_tail: 32,
+            fresh_tail_max_share: 0.5,
             leaf_chunk_tokens: 20_000,
             leaf_target_tokens: 1_200,
             condensed_fanout: 4,
@@ -292,6 +312,12 @@ impl CompactionConfig {
                 self.soft_threshold, self.hard_threshold
             ));
         }
+        if !(self.fresh_tail_max_share > 0.0 && self.fresh_tail_max_share <= 1.0) {
+            return bad(format!(
+                "compaction.fresh_tail_max_share must be in (0, 1], got {}",
+                self.fresh_tail_max_share
+            ));
+        }
         if self.condensed_fanout < 2 {
             return bad(format!(
                 "compaction.condensed_fanout must be at least 2, got {}",
@@ -306,6 +332,47 @@ impl CompactionConfig {
         }
         if self.max_passes == 0 {
             return bad("compaction.max_passes must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Large payloads and file reads (the paper's large-file stage): what becomes a file record and
+/// how much of the context its reference may take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilesConfig {
+    /// A part of a message (tool result, paste, file read) with more tokens than this is shown
+    /// in contexts as a reference to its file record (id, path, kind, size, exploration summary)
+    /// instead of the payload. The message itself is stored verbatim either way.
+    pub large_file_tokens: u32,
+    /// Most tokens of one exploration summary.
+    pub exploration_max_tokens: u32,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        FilesConfig {
+            large_file_tokens: 25_000,
+            exploration_max_tokens: 600,
+        }
+    }
+}
+
+impl FilesConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.large_file_tokens < 256 {
+            return Err(ConfigError::Invalid(format!(
+                "files.large_file_tokens must be at least 256, got {}",
+                self.large_file_tokens
+            )));
+        }
+        if self.exploration_max_tokens < 64 || self.exploration_max_tokens >= self.large_file_tokens
+        {
+            return Err(ConfigError::Invalid(format!(
+                "files.exploration_max_tokens must be at least 64 and below files.large_file_tokens, got {}",
+                self.exploration_max_tokens
+            )));
         }
         Ok(())
     }
@@ -347,6 +414,9 @@ pub struct RuntimeConfig {
     pub subagent_max_steps: u32,
     /// Tokens (input + output, summed over its calls) a sub-agent may spend.
     pub subagent_max_tokens: u64,
+    /// The window of a sub-agent's model: each request is the sub-agent's session assembled,
+    /// compacted and fitted to this many tokens (less the safety margin and its system prompt).
+    pub subagent_context_tokens: u64,
     /// Longest a sub-agent may run, in seconds.
     pub subagent_timeout_s: u64,
     /// Runs of a sub-agent whose worker crashed, before the call fails.
@@ -370,6 +440,7 @@ impl Default for RuntimeConfig {
             index_interval_ms: 1_000,
             subagent_max_steps: 30,
             subagent_max_tokens: 400_000,
+            subagent_context_tokens: 100_000,
             subagent_timeout_s: 600,
             subagent_max_attempts: 2,
         }
@@ -385,6 +456,12 @@ impl RuntimeConfig {
             return Err(ConfigError::Invalid(
                 "runtime.subagent_max_steps, runtime.subagent_timeout_s and runtime.subagent_max_attempts must be at least 1".into(),
             ));
+        }
+        if self.subagent_context_tokens < 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "runtime.subagent_context_tokens must be at least 1024, got {}",
+                self.subagent_context_tokens
+            )));
         }
         if self.max_concurrent_compactions == 0 || self.compaction_max_attempts == 0 {
             return Err(ConfigError::Invalid(

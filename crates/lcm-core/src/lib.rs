@@ -1,7 +1,7 @@
 //! # lcm-core
 //!
 //! The vocabulary every other lcm crate speaks: typed ids ([`ids`]), timestamps ([`time`]), the
-//! session and message model ([`message`]), token counting ([`tokens`]), configuration
+//! session and message model ([`message`]), file records ([`files`]), token counting ([`tokens`]), configuration
 //! ([`config`]) and the parsers of transcript formats ([`formats`]).
 //!
 //! Architecture invariant: this crate does no I/O (no files, no network, no clock other than
@@ -9,6 +9,7 @@
 //! store, the engine and the tests share one definition of each idea.
 
 pub mod config;
+pub mod files;
 pub mod formats;
 pub mod ids;
 pub mod message;
