@@ -37,9 +37,7 @@ fn store(dir: &std::path::Path) -> Arc<Store> {
     Arc::new(
         Store::open(
             dir.join("lcm.redb"),
-            StoreOptions {
-                counter: TokenCounter::new(Encoding::O200kBase),
-            },
+            StoreOptions::new(TokenCounter::new(Encoding::O200kBase)),
         )
         .expect("store"),
     )

@@ -78,11 +78,8 @@ fn zero_cost_continuity(c: &mut Criterion) {
 
     // Direct: the store's append (durable) and assembly, on the calling thread.
     let dir = temp_dir();
-    let store = Store::open(
-        dir.path().join("lcm.redb"),
-        StoreOptions { counter: counter() },
-    )
-    .expect("store");
+    let store =
+        Store::open(dir.path().join("lcm.redb"), StoreOptions::new(counter())).expect("store");
     let session = store.create_session("direct", None).expect("session");
     for i in 0..50 {
         store.append(session, message(i)).expect("append");

@@ -211,3 +211,58 @@ fn unknown_ids_and_invalid_messages_change_nothing() {
     ));
     assert_eq!(snapshot(&data), before);
 }
+
+#[test]
+fn a_line_over_the_length_limit_is_never_read_whole_and_is_reported() {
+    let (tmp, data) = seeded();
+    let huge = format!(
+        r#"{{"session":"imp","role":"tool","content":"{}"}}"#,
+        "x".repeat(20_000)
+    );
+    let text = format!("{GOOD}\n{huge}\n{}\n", GOOD.replace("hello", "again"));
+    let path = write_file(tmp.path(), "long.jsonl", text.as_bytes());
+    let limited = |strict| ImportOptions {
+        strict,
+        max_line_bytes: 4_096,
+        ..ImportOptions::default()
+    };
+
+    let before = snapshot(&data);
+    let err = import_file(&data.store, &path, &limited(true), |_, _| {}).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ImportError::LineTooLong {
+                line: 2,
+                max: 4_096,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("nothing was imported"), "{err}");
+    assert_eq!(snapshot(&data), before, "strict import changed the store");
+
+    let report = import_file(&data.store, &path, &limited(false), |_, _| {}).unwrap();
+    assert_eq!((report.imported, report.error_count), (2, 1));
+    assert!(
+        report.errors[0].starts_with("line 2: longer than import.max_line_bytes (4096 bytes)"),
+        "{:?}",
+        report.errors
+    );
+    // The same file with room for the line imports all three.
+    let roomy = ImportOptions {
+        max_line_bytes: 64 * 1024,
+        ..ImportOptions::default()
+    };
+    let again = import_file(&data.store, &path, &roomy, |_, _| {}).unwrap();
+    assert_eq!((again.imported, again.already_present), (1, 2));
+
+    // A one-document OpenAI file over the limit is refused before it is read.
+    let document = format!("[\n{GOOD},\n{huge}\n]\n");
+    let path = write_file(tmp.path(), "doc.json", document.as_bytes());
+    let before = snapshot(&data);
+    let err = import_file(&data.store, &path, &limited(false), |_, _| {}).unwrap_err();
+    assert!(matches!(err, ImportError::DocumentTooLarge { .. }), "{err}");
+    assert_eq!(snapshot(&data), before);
+}

@@ -176,7 +176,7 @@ proptest! {
         index_batch in 1usize..12,
         append_batch in 1usize..24,
     ) {
-        let store = Store::open_in_memory(StoreOptions { counter: TokenCounter::new(Encoding::O200kBase) }).unwrap();
+        let store = Store::open_in_memory(StoreOptions::new(TokenCounter::new(Encoding::O200kBase))).unwrap();
         // Small commits: many trigram segments, merged four at a time.
         let config = SearchConfig { index_batch, ..SearchConfig::default() };
         let index = SearchIndex::open_in_ram(&store, &config).unwrap();

@@ -185,9 +185,7 @@ fn completed_so_far(dir: &Path) -> u64 {
     let path = dir.join("data").join(lcm::store::data_dir::STORE_FILE);
     let Ok(store) = lcm::store::Store::open(
         &path,
-        lcm::store::StoreOptions {
-            counter: lcm::TokenCounter::new(lcm::Encoding::O200kBase),
-        },
+        lcm::store::StoreOptions::new(lcm::TokenCounter::new(lcm::Encoding::O200kBase)),
     ) else {
         return 0;
     };

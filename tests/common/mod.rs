@@ -49,9 +49,7 @@ pub fn temp_data_dir() -> (tempfile::TempDir, DataDir) {
 
 /// Options for opening a [`Store`] directly, with the default configuration's tokenizer.
 pub fn store_options() -> StoreOptions {
-    StoreOptions {
-        counter: TokenCounter::new(Config::default().tokenizer.encoding()),
-    }
+    StoreOptions::new(TokenCounter::new(Config::default().tokenizer.encoding()))
 }
 
 /// The store of a closed data directory, opened read-only: this fails with

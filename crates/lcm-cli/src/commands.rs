@@ -45,6 +45,7 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
         session_key: args.session.clone(),
         strict: args.strict,
         batch_size: app.config.import.batch_size,
+        max_line_bytes: app.config.import.max_line_bytes,
     };
     let mut reports = Vec::new();
     for (n, path) in args.paths.iter().enumerate() {

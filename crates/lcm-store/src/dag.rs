@@ -6,6 +6,7 @@
 //! written), writes the summary, its ordered sources, the covered-by edges, and the session's new
 //! context state. A crash at any point leaves the old context or the new one, never a mix.
 
+use lcm_core::files::MessageFiles;
 use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::summary::{ContextState, NewSummary, NodeRef, Summary, SummaryKind};
 use lcm_core::time::Timestamp;
@@ -88,6 +89,7 @@ impl Store {
                 None => ContextState::default(),
             };
             let messages = txn.open_table(tables::MESSAGES)?;
+            let message_files = txn.open_table(tables::MESSAGE_FILES)?;
             let mut summaries = txn.open_table(tables::SUMMARIES)?;
 
             // Aggregate the sources, checking they are exactly a span of the current context.
@@ -121,6 +123,13 @@ impl Store {
                             });
                         }
                         agg.add_message(&m);
+                        // A leaf names every file its messages reference (the paper: file
+                        // ids propagate through the DAG).
+                        if let Some(bytes) = message_files.get(id.0)? {
+                            let files: MessageFiles =
+                                codec::decode("message_files", bytes.value())?;
+                            agg.add_files(files.refs.iter().map(|r| r.file));
+                        }
                     }
                     new_state.raw_from = agg.last_seq + 1;
                     insert_at = new_state.summaries.len();
@@ -394,9 +403,14 @@ impl Aggregate {
         self.span(s.earliest_at, s.latest_at, s.first_seq, s.last_seq);
         self.messages += s.descendant_messages;
         self.tokens += s.descendant_tokens;
-        for f in &s.file_ids {
-            if !self.file_ids.contains(f) {
-                self.file_ids.push(*f);
+        self.add_files(s.file_ids.iter().copied());
+    }
+
+    /// Adds files not yet named, keeping first-seen order.
+    fn add_files(&mut self, files: impl Iterator<Item = FileId>) {
+        for f in files {
+            if !self.file_ids.contains(&f) {
+                self.file_ids.push(f);
             }
         }
     }

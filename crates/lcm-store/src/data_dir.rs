@@ -69,6 +69,7 @@ impl DataDir {
 fn store_options(config: &Config) -> StoreOptions {
     StoreOptions {
         counter: TokenCounter::new(config.tokenizer.encoding()),
+        files: (&config.files).into(),
     }
 }
 

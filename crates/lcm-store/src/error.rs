@@ -1,6 +1,6 @@
 //! The store's errors: one enum, each variant saying what was wrong and with what.
 
-use lcm_core::ids::{JobId, MessageId, SessionId, SummaryId};
+use lcm_core::ids::{FileId, JobId, MessageId, SessionId, SummaryId};
 
 /// Everything that can go wrong in `lcm-store`.
 #[derive(Debug, thiserror::Error)]
@@ -10,6 +10,8 @@ pub enum StoreError {
     MessageNotFound(MessageId),
     #[error("no summary {0} in the store")]
     SummaryNotFound(SummaryId),
+    #[error("no file record {0} in the store")]
+    FileNotFound(FileId),
     #[error("no session {0} in the store")]
     SessionNotFound(SessionId),
     #[error("no session with key `{0}` in the store")]

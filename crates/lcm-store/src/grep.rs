@@ -1189,9 +1189,9 @@ mod tests {
     }
 
     fn memory_store() -> Store {
-        Store::open_in_memory(crate::store::StoreOptions {
-            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
-        })
+        Store::open_in_memory(crate::store::StoreOptions::new(
+            lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        ))
         .unwrap()
     }
 

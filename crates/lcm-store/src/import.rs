@@ -46,6 +46,22 @@ pub enum ImportError {
     Strict { path: PathBuf, error: ParseError },
     #[error("{path}: {error}")]
     Document { path: PathBuf, error: ParseError },
+    #[error(
+        "{path}: line {line} is longer than import.max_line_bytes ({max} bytes): it was not read into memory and nothing was imported"
+    )]
+    LineTooLong {
+        path: PathBuf,
+        line: u64,
+        max: usize,
+    },
+    #[error(
+        "{path} is one JSON document of {bytes} bytes, more than import.max_line_bytes ({max}): nothing was imported"
+    )]
+    DocumentTooLarge {
+        path: PathBuf,
+        bytes: u64,
+        max: usize,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -61,15 +77,20 @@ pub struct ImportOptions {
     pub strict: bool,
     /// Messages per transaction.
     pub batch_size: usize,
+    /// Longest line (or JSON document) read: a longer one is never held in memory; it is
+    /// passed over in small reads and reported as a bad line (strict mode: nothing imported).
+    pub max_line_bytes: usize,
 }
 
 impl Default for ImportOptions {
     fn default() -> Self {
+        let config = lcm_core::config::ImportConfig::default();
         ImportOptions {
             format: None,
             session_key: None,
             strict: false,
-            batch_size: 5_000,
+            batch_size: config.batch_size,
+            max_line_bytes: config.max_line_bytes,
         }
     }
 }
@@ -120,7 +141,8 @@ pub fn import_file(
         path.file_stem()
             .map_or_else(|| "import".to_owned(), |s| s.to_string_lossy().into_owned())
     });
-    let (format, document) = sniff(path, options.format)?;
+    let max_line = options.max_line_bytes;
+    let (format, document) = sniff(path, options.format, max_line)?;
     let mut report = ImportReport {
         path: path.to_path_buf(),
         format: Some(format),
@@ -130,6 +152,13 @@ pub fn import_file(
     let mut sink = Sink::new(store, options, &mut report);
 
     if document {
+        if size > max_line as u64 {
+            return Err(ImportError::DocumentTooLarge {
+                path: path.to_path_buf(),
+                bytes: size,
+                max: max_line,
+            });
+        }
         let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         File::open(path)
             .map_err(io)?
@@ -152,7 +181,14 @@ pub fn import_file(
 
     if options.strict {
         // A first pass that writes nothing: any bad line aborts here.
-        for_each_line(path, |line_no, bytes| {
+        for_each_line(path, max_line, |line_no, line| {
+            let Line::Text(bytes) = line else {
+                return Err(ImportError::LineTooLong {
+                    path: path.to_path_buf(),
+                    line: line_no,
+                    max: max_line,
+                });
+            };
             let ctx = LineContext {
                 line: line_no,
                 default_session_key: &default_key,
@@ -170,7 +206,7 @@ pub fn import_file(
     // here in file order, so reports and batches are what a line-by-line import would make.
     let mut read = 0u64;
     let threads = crate::cores::cores();
-    for_each_run_of_lines(path, PARSE_RUN_BYTES, |run| {
+    for_each_run_of_lines(path, PARSE_RUN_BYTES, max_line, |run| {
         let default_key = default_key.clone();
         let pipeline = OrderedPipeline::new(run, move |chunk: LineChunk| {
             chunk.parse(format, &default_key)
@@ -209,9 +245,20 @@ pub fn import_file(
 
 /// Works out the format (from the options or the first entry) and whether the file is one JSON
 /// document rather than JSON lines.
-fn sniff(path: &Path, format: Option<Format>) -> Result<(Format, bool), ImportError> {
+fn sniff(
+    path: &Path,
+    format: Option<Format>,
+    max_line: usize,
+) -> Result<(Format, bool), ImportError> {
     let mut first: Option<Vec<u8>> = None;
-    for_each_line(path, |_, bytes| {
+    for_each_line(path, max_line, |line_no, line| {
+        let Line::Text(bytes) = line else {
+            return Err(ImportError::LineTooLong {
+                path: path.to_path_buf(),
+                line: line_no,
+                max: max_line,
+            });
+        };
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
@@ -242,10 +289,21 @@ fn sniff(path: &Path, format: Option<Format>) -> Result<(Format, bool), ImportEr
     Ok((format, document && format == Format::OpenAi))
 }
 
-/// Calls `visit` with (1-based line number, line bytes without the newline) for each line.
+/// One line of a file, as [`for_each_line`] reads it.
+enum Line<'a> {
+    /// The line's bytes, without the newline.
+    Text(&'a [u8]),
+    /// A line longer than the limit: not read into memory.
+    TooLong,
+}
+
+/// Calls `visit` with (1-based line number, line) for each non-blank line. A line longer than
+/// `max_line` bytes is never held whole: the rest of it is read in small pieces and dropped,
+/// and `visit` gets [`Line::TooLong`], so memory stays bounded whatever the file holds.
 fn for_each_line(
     path: &Path,
-    mut visit: impl FnMut(u64, &[u8]) -> Result<(), ImportError>,
+    max_line: usize,
+    mut visit: impl FnMut(u64, Line<'_>) -> Result<(), ImportError>,
 ) -> Result<(), ImportError> {
     let io = |source| ImportError::Io {
         path: path.to_path_buf(),
@@ -254,20 +312,51 @@ fn for_each_line(
     let mut reader = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?);
     let mut line = Vec::with_capacity(64 * 1024);
     let mut line_no = 0u64;
+    let limit = u64::try_from(max_line)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
     loop {
         line.clear();
-        let n = reader.read_until(b'\n', &mut line).map_err(io)?;
+        let n = (&mut reader)
+            .take(limit)
+            .read_until(b'\n', &mut line)
+            .map_err(io)?;
         if n == 0 {
             return Ok(());
         }
         line_no += 1;
         if line.last() == Some(&b'\n') {
             line.pop();
+        } else if line.len() > max_line {
+            line.clear();
+            skip_rest_of_line(&mut reader).map_err(io)?;
+            visit(line_no, Line::TooLong)?;
+            continue;
         }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        visit(line_no, &line)?;
+        visit(line_no, Line::Text(&line))?;
+    }
+}
+
+/// Reads past the next newline (or to the end) without keeping what it reads.
+fn skip_rest_of_line(reader: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        match buffer.iter().position(|b| *b == b'\n') {
+            Some(at) => {
+                reader.consume(at + 1);
+                return Ok(());
+            }
+            None => {
+                let len = buffer.len();
+                reader.consume(len);
+            }
+        }
     }
 }
 
@@ -276,11 +365,14 @@ const PARSE_CHUNK_LINES: usize = 64;
 /// Bytes of lines read ahead and parsed as one run (bounds an import's memory).
 const PARSE_RUN_BYTES: usize = 8 << 20;
 
-/// Consecutive non-blank lines of a file: their bytes, and each line's number and range.
+/// Consecutive non-blank lines of a file: their bytes, and each line's number and range
+/// (`None` for a line over the length limit, which was not read).
 #[derive(Default)]
 struct LineChunk {
     bytes: Vec<u8>,
-    lines: Vec<(u64, std::ops::Range<usize>)>,
+    lines: Vec<(u64, Option<std::ops::Range<usize>>)>,
+    /// The limit lines were read with (for the error of a longer one).
+    max_line: usize,
 }
 
 /// What parsing one line gave: its number, its length, the outcome.
@@ -291,6 +383,16 @@ impl LineChunk {
         self.lines
             .iter()
             .map(|(line_no, range)| {
+                let Some(range) = range else {
+                    let error = ParseError::InvalidEntry {
+                        line: *line_no,
+                        detail: format!(
+                            "longer than import.max_line_bytes ({} bytes): not read into memory, nothing stored from it",
+                            self.max_line
+                        ),
+                    };
+                    return (*line_no, 0, Err(error));
+                };
                 let ctx = LineContext {
                     line: *line_no,
                     default_session_key: default_key,
@@ -311,18 +413,28 @@ impl LineChunk {
 fn for_each_run_of_lines(
     path: &Path,
     run_limit: usize,
+    max_line: usize,
     mut visit: impl FnMut(Vec<LineChunk>) -> Result<(), ImportError>,
 ) -> Result<(), ImportError> {
     let mut run: Vec<LineChunk> = Vec::new();
-    let mut chunk = LineChunk::default();
+    let new_chunk = || LineChunk {
+        max_line,
+        ..LineChunk::default()
+    };
+    let mut chunk = new_chunk();
     let mut run_bytes = 0;
-    for_each_line(path, |line_no, bytes| {
-        let start = chunk.bytes.len();
-        chunk.bytes.extend_from_slice(bytes);
-        chunk.lines.push((line_no, start..chunk.bytes.len()));
-        run_bytes += bytes.len();
+    for_each_line(path, max_line, |line_no, line| {
+        match line {
+            Line::Text(bytes) => {
+                let start = chunk.bytes.len();
+                chunk.bytes.extend_from_slice(bytes);
+                chunk.lines.push((line_no, Some(start..chunk.bytes.len())));
+                run_bytes += bytes.len();
+            }
+            Line::TooLong => chunk.lines.push((line_no, None)),
+        }
         if chunk.lines.len() >= PARSE_CHUNK_LINES || run_bytes >= run_limit {
-            run.push(std::mem::take(&mut chunk));
+            run.push(std::mem::replace(&mut chunk, new_chunk()));
         }
         if run_bytes >= run_limit {
             run_bytes = 0;
@@ -451,12 +563,13 @@ mod tests {
         for run_limit in [1, 500, 10_000, usize::MAX] {
             let mut seen = Vec::new();
             let mut runs = 0;
-            for_each_run_of_lines(&path, run_limit, |run| {
+            for_each_run_of_lines(&path, run_limit, usize::MAX, |run| {
                 runs += 1;
                 for chunk in run {
                     assert!(chunk.lines.len() <= PARSE_CHUNK_LINES);
                     for (no, range) in &chunk.lines {
-                        let text = String::from_utf8(chunk.bytes[range.clone()].to_vec()).unwrap();
+                        let range = range.clone().expect("no line over the limit");
+                        let text = String::from_utf8(chunk.bytes[range].to_vec()).unwrap();
                         seen.push((*no, text));
                     }
                 }
@@ -489,9 +602,9 @@ mod tests {
             text.push('\n');
         }
         std::fs::write(&path, &text).unwrap();
-        let options = StoreOptions {
-            counter: lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
-        };
+        let options = StoreOptions::new(lcm_core::tokens::TokenCounter::new(
+            lcm_core::tokens::Encoding::O200kBase,
+        ));
         let store = Store::open(dir.path().join("store.redb"), options).unwrap();
         let options = ImportOptions {
             batch_size: 700,

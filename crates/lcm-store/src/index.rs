@@ -828,9 +828,7 @@ mod tests {
     /// A store, an index over it with commits every `index_batch` messages, and a session.
     fn fixture(index_batch: usize) -> (tempfile::TempDir, Store, SearchIndex, SessionId) {
         let dir = tempfile::tempdir().unwrap();
-        let options = StoreOptions {
-            counter: TokenCounter::new(Encoding::O200kBase),
-        };
+        let options = StoreOptions::new(TokenCounter::new(Encoding::O200kBase));
         let store = Store::open(dir.path().join("lcm.redb"), options).unwrap();
         let config = SearchConfig {
             index_batch,

@@ -6,6 +6,8 @@
 //! - [`index`]: the search index (tantivy for BM25 words, trigram segments for regex), derived
 //!   from the store, rebuildable from it, with a watermark.
 //! - [`mod@grep`]: regex and full-text search over both, complete and exact.
+//! - [`files`]: file records (large payloads and file reads), registered in the append that
+//!   brings them.
 //! - [`import`]: importing transcripts (Claude Code, OpenAI, lcm JSONL), idempotently.
 //! - [`integrity`]: the check of every invariant between the tables (and the index), and the
 //!   safe repairs of derived data.
@@ -23,6 +25,7 @@ pub mod dag;
 pub mod data_dir;
 mod db;
 pub mod error;
+pub mod files;
 pub mod grep;
 pub mod import;
 pub mod index;
@@ -44,6 +47,7 @@ pub mod word_tokens;
 pub use dag::ApplyOutcome;
 pub use data_dir::DataDir;
 pub use error::{Result, StoreError};
+pub use files::FileRules;
 pub use grep::{GrepHit, GrepMode, GrepPage, GrepRequest, Scope, Strategy, grep};
 pub use index::SearchIndex;
 pub use integrity::{IntegrityReport, Repair, RepairReport, Violation, ViolationKind};

@@ -24,6 +24,7 @@ use crate::coalesced_file::CoalescedFile;
 use crate::codec;
 use crate::db::Db;
 use crate::error::{Result, StoreError};
+use crate::files::{Appending, FileCandidates, FileRules, FileTables};
 use crate::message_rows::{self, PackWriter};
 use crate::pipeline::OrderedPipeline;
 use crate::session_runs::{self, RunWriter};
@@ -126,12 +127,25 @@ pub struct StoreStats {
 pub struct StoreOptions {
     /// Counts tokens of every appended message.
     pub counter: TokenCounter,
+    /// Which parts become file records, and the size of their exploration summaries.
+    pub files: FileRules,
+}
+
+impl StoreOptions {
+    /// Options with this counter and the default file rules.
+    pub fn new(counter: TokenCounter) -> Self {
+        StoreOptions {
+            counter,
+            files: FileRules::default(),
+        }
+    }
 }
 
 /// The immutable store. Cheap to share behind an `Arc`; all methods take `&self`.
 pub struct Store {
     pub(crate) db: Db,
     counter: TokenCounter,
+    files: FileRules,
     path: Option<PathBuf>,
 }
 
@@ -178,6 +192,8 @@ struct Prepared {
     session: u64,
     created_at: Timestamp,
     token_count: u32,
+    /// What the message brings to the file tables.
+    files: FileCandidates,
     /// The record's fields after `session` and `seq`, encoded ([`MessageRecordTail`]).
     record_tail: Vec<u8>,
     original: Option<Vec<u8>>,
@@ -258,6 +274,7 @@ impl Store {
         Ok(Store {
             db,
             counter: options.counter,
+            files: options.files,
             path: Some(path.to_path_buf()),
         })
     }
@@ -304,6 +321,7 @@ impl Store {
             return Ok(Store {
                 db,
                 counter: options.counter,
+                files: options.files,
                 path,
             });
         }
@@ -335,11 +353,17 @@ impl Store {
             txn.open_table(tables::COVERED_BY)?;
             txn.open_table(tables::SESSION_SUMMARIES)?;
             txn.open_table(tables::CONTEXT)?;
+            txn.open_table(tables::FILES)?;
+            txn.open_table(tables::FILE_HASHES)?;
+            txn.open_table(tables::MESSAGE_FILES)?;
+            txn.open_table(tables::FILE_MESSAGES)?;
+            txn.open_table(tables::READ_CALLS)?;
         }
         txn.commit()?;
         Ok(Store {
             db,
             counter: options.counter,
+            files: options.files,
             path,
         })
     }
@@ -379,6 +403,11 @@ impl Store {
             tables::COVERED_BY.name(),
             tables::SESSION_SUMMARIES.name(),
             tables::CONTEXT.name(),
+            tables::FILES.name(),
+            tables::FILE_HASHES.name(),
+            tables::MESSAGE_FILES.name(),
+            tables::FILE_MESSAGES.name(),
+            tables::READ_CALLS.name(),
         ];
         let complete = required
             .iter()
@@ -393,6 +422,19 @@ impl Store {
     /// The file the store lives in (`None` in memory).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
+    }
+
+    /// What preparing an append needs.
+    fn counting(&self) -> Counting {
+        Counting {
+            counter: self.counter,
+            files: self.files,
+        }
+    }
+
+    /// The rules by which appends register file records.
+    pub fn file_rules(&self) -> FileRules {
+        self.files
     }
 
     /// The token counter used at ingest.
@@ -528,18 +570,19 @@ impl Store {
         validate_batch(&messages)?;
         let total = messages.len();
         let Some(threads) = parallel_threads(total) else {
-            let counter = self.counter;
+            let counting = self.counting();
             return self.write_append(total, |tables| {
                 for (session, m) in messages {
-                    tables.add(prepare_message(counter, session, m))?;
+                    tables.add(prepare_message(counting, session, m))?;
                 }
                 Ok(())
             });
         };
         let pipeline = prepare_pipeline(messages, self.counter);
+        let counting = self.counting();
         self.write_append(total, |tables| {
             pipeline.run(threads, |counted| {
-                for p in encode_counted(counted) {
+                for p in encode_counted(counting, counted) {
                     tables.add(p)?;
                 }
                 Ok(())
@@ -584,7 +627,7 @@ impl Store {
     ) -> Result<Vec<Appended>> {
         let txn = self.db.begin_write()?;
         let results = {
-            let mut tables = AppendTables::open(&txn, expected)?;
+            let mut tables = AppendTables::open(&txn, expected, self.counting())?;
             insert(&mut tables)?;
             tables.finish()?
         };
@@ -595,16 +638,16 @@ impl Store {
     /// Counts tokens and encodes records before the write lock is taken. Large batches are
     /// counted on every core: token counting is most of the cost of ingest.
     fn prepare(&self, messages: Vec<(SessionId, NewMessage)>) -> Vec<Prepared> {
-        let counter = self.counter;
+        let counting = self.counting();
         let Some(threads) = parallel_threads(messages.len()) else {
             return messages
                 .into_iter()
-                .map(|(session, m)| prepare_message(counter, session, m))
+                .map(|(session, m)| prepare_message(counting, session, m))
                 .collect();
         };
         let mut prepared = Vec::with_capacity(messages.len());
-        let collected = prepare_pipeline(messages, counter).run(threads, |counted| {
-            prepared.extend(encode_counted(counted));
+        let collected = prepare_pipeline(messages, self.counter).run(threads, |counted| {
+            prepared.extend(encode_counted(counting, counted));
             Ok::<(), std::convert::Infallible>(())
         });
         match collected {
@@ -960,13 +1003,26 @@ pub(crate) fn next_counter(meta_table: &mut redb::Table<&str, u64>, key: &str) -
 
 /// Counts the tokens of `m` and encodes its record (all but session and sequence number): the
 /// half of an append that needs no transaction.
-fn prepare_message(counter: TokenCounter, session: SessionId, m: NewMessage) -> Prepared {
-    let token_count = counter.count_message(m.role, &m.parts);
-    encode_message(session, m, token_count)
+fn prepare_message(counting: Counting, session: SessionId, m: NewMessage) -> Prepared {
+    let token_count = counting.counter.count_message(m.role, &m.parts);
+    encode_message(counting, session, m, token_count)
+}
+
+/// What preparing a message needs: the token counter and the store's file rules.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Counting {
+    pub counter: TokenCounter,
+    pub files: FileRules,
 }
 
 /// `m`'s record, encoded, with its token count.
-fn encode_message(session: SessionId, m: NewMessage, token_count: u32) -> Prepared {
+fn encode_message(
+    counting: Counting,
+    session: SessionId,
+    m: NewMessage,
+    token_count: u32,
+) -> Prepared {
+    let files = FileCandidates::of(&m.parts, token_count, counting.files, counting.counter);
     let (source, original) = match m.original {
         Some(Original { format, bytes }) => (format, Some(bytes)),
         None => (SourceFormat::Lcm, None),
@@ -988,6 +1044,7 @@ fn encode_message(session: SessionId, m: NewMessage, token_count: u32) -> Prepar
         session: session.0,
         created_at: m.created_at,
         token_count,
+        files,
         record_tail,
         original,
         source_key: m.source_key,
@@ -1015,11 +1072,11 @@ type Incoming = (SessionId, NewMessage);
 type Counted = (Vec<Incoming>, Vec<u32>);
 
 /// The records of a counted chunk, encoded in order (on the thread that frees the messages).
-fn encode_counted((chunk, counts): Counted) -> impl Iterator<Item = Prepared> {
+fn encode_counted(counting: Counting, (chunk, counts): Counted) -> impl Iterator<Item = Prepared> {
     chunk
         .into_iter()
         .zip(counts)
-        .map(|((session, m), token_count)| encode_message(session, m, token_count))
+        .map(move |((session, m), token_count)| encode_message(counting, session, m, token_count))
 }
 
 /// A large append's messages in chunks of [`PIPELINE_CHUNK`], their tokens counted on the helper
@@ -1058,6 +1115,7 @@ struct AppendTables<'t> {
     originals: redb::Table<'t, u64, &'static [u8]>,
     session_runs: redb::Table<'t, (u64, u64), (u64, u64)>,
     source_keys: redb::Table<'t, (u64, &'static str), u64>,
+    files: FileTables<'t>,
     runs: RunWriter,
     next_id: u64,
     touched: HashMap<u64, SessionRecord>,
@@ -1069,7 +1127,7 @@ struct AppendTables<'t> {
 }
 
 impl<'t> AppendTables<'t> {
-    fn open(txn: &'t redb::WriteTransaction, expected: usize) -> Result<Self> {
+    fn open(txn: &'t redb::WriteTransaction, expected: usize, counting: Counting) -> Result<Self> {
         let meta = txn.open_table(tables::META)?;
         let next_id = meta.get(meta::NEXT_MESSAGE)?.map_or(0, |v| v.value());
         Ok(AppendTables {
@@ -1079,6 +1137,7 @@ impl<'t> AppendTables<'t> {
             originals: txn.open_table(tables::ORIGINALS)?,
             session_runs: txn.open_table(tables::SESSION_RUNS)?,
             source_keys: txn.open_table(tables::SOURCE_KEYS)?,
+            files: FileTables::open(txn, counting.files, counting.counter)?,
             runs: RunWriter::default(),
             next_id,
             touched: HashMap::new(),
@@ -1128,6 +1187,24 @@ impl<'t> AppendTables<'t> {
         self.runs.push(&mut self.session_runs, p.session, seq, id)?;
         if let Some(key) = &p.source_key {
             self.source_keys.insert((p.session, key.as_str()), id)?;
+        }
+        if !p.files.is_empty() {
+            let (head, tail) = (&self.record, &p.record_tail);
+            let parts = || -> Result<Vec<Part>> {
+                let mut whole = Vec::with_capacity(head.len() + tail.len());
+                whole.extend_from_slice(head);
+                whole.extend_from_slice(tail);
+                let record: MessageRecord = codec::decode("messages", &whole)?;
+                Ok(record.parts)
+            };
+            let appending = Appending {
+                id,
+                session: p.session,
+                token_count: p.token_count,
+                created_at: p.created_at,
+                parts: &parts,
+            };
+            self.files.add(&mut self.meta, appending, &p.files)?;
         }
         self.results.push(Appended {
             id: MessageId(id),
@@ -1288,9 +1365,7 @@ mod tests {
     }
 
     fn options() -> StoreOptions {
-        StoreOptions {
-            counter: TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
-        }
+        StoreOptions::new(TokenCounter::new(lcm_core::tokens::Encoding::O200kBase))
     }
 
     #[test]

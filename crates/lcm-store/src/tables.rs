@@ -22,12 +22,11 @@
 //! | `map_items` | (job, item index) | `ItemRecord` (line, payload, state with lease, attempts, last error) | on create; on every claim and commit |
 //! | `map_pending` | (job, item index) | () | exactly the items in state Pending (what `claim` reads, so it never scans finished items) |
 //! | `map_running` | (job, item index) | lease expiry, ms since the epoch | exactly the items in state Running |
-//!
-//! Designed now, written by later stages (the keys are fixed here so that nothing has to move):
-//!
-//! | table | key | value |
-//! | --- | --- | --- |
-//! | `files` | file | large-file record (path, type, size, exploration summary) |
+//! | `files` | file | `FileInfo` (path, kind, sizes, content hash, where the content lives, exploration summary) | once (see `files.rs`) |
+//! | `file_hashes` | SHA-256 of the content (of `path:` + the path, for a file part without content) | file | once: the same content is one record |
+//! | `message_files` | message | `MessageFiles`: the message's file references, and its tokens as a context shows it | with the message, in its append |
+//! | `file_messages` | (file, message) | () | every message that references a file |
+//! | `read_calls` | (session, tool call id) | path the call reads | with the call's message, so its result (later) links to the path |
 //!
 //! Messages are keyed by a global, append-ordered number so that "every message after the index
 //! watermark" is one range scan; `session_runs` gives each session's ordered view.
@@ -35,7 +34,8 @@
 //! Schema versions of the store (the `schema_version` meta key; each record also starts with the
 //! version of its own encoding, [`crate::codec::SCHEMA_VERSION`]): 1 kept each session's list as
 //! `session_messages`, one (session, seq) -> message row per message; 2 keeps it as runs; 3
-//! writes a batch's messages as packs (several records in one `messages` row). A writable open
+//! writes a batch's messages as packs (several records in one `messages` row); 4 adds the file
+//! tables (a schema-3 store reads as it is, with no file records). A writable open
 //! migrates a schema-1 store in one transaction; a schema-2 store is read as it is (it has only
 //! plain rows) and a writable open records schema 3.
 
@@ -61,6 +61,16 @@ pub const COVERED_BY: TableDefinition<(u8, u64), u64> = TableDefinition::new("co
 pub const SESSION_SUMMARIES: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("session_summaries");
 pub const CONTEXT: TableDefinition<u64, &[u8]> = TableDefinition::new("context");
+/// File records (`file_N`), see `files.rs`.
+pub const FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("files");
+/// Content hash -> file: one record per distinct content.
+pub const FILE_HASHES: TableDefinition<&[u8], u64> = TableDefinition::new("file_hashes");
+/// Message -> its file references (only messages that have some).
+pub const MESSAGE_FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("message_files");
+/// (file, message) for every message referencing a file.
+pub const FILE_MESSAGES: TableDefinition<(u64, u64), ()> = TableDefinition::new("file_messages");
+/// (session, tool call id) -> the path a file-reading call reads.
+pub const READ_CALLS: TableDefinition<(u64, &str), &str> = TableDefinition::new("read_calls");
 /// Map jobs (`llm_map` / `agentic_map`), see [`crate::map_jobs`].
 pub const MAP_JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("map_jobs");
 /// (job, item index) -> item record.
@@ -70,9 +80,9 @@ pub const MAP_PENDING: TableDefinition<(u64, u64), ()> = TableDefinition::new("m
 /// (job, item index) -> lease expiry (ms since the epoch) of every running item.
 pub const MAP_RUNNING: TableDefinition<(u64, u64), i64> = TableDefinition::new("map_running");
 
-/// The layout version this build writes (the `schema_version` meta key): 3, session lists as
-/// runs and messages in packs.
-pub const STORE_SCHEMA: u64 = 3;
+/// The layout version this build writes (the `schema_version` meta key): 4, session lists as
+/// runs, messages in packs, and file records.
+pub const STORE_SCHEMA: u64 = 4;
 
 /// Node kind byte in keys: messages 0, summaries 1.
 pub const NODE_MESSAGE: u8 = 0;
@@ -85,6 +95,7 @@ pub mod meta {
     pub const NEXT_SESSION: &str = "next_session";
     pub const NEXT_SUMMARY: &str = "next_summary";
     pub const NEXT_JOB: &str = "next_job";
+    pub const NEXT_FILE: &str = "next_file";
     /// Every message with a number below this is in the search index.
     pub const INDEX_WATERMARK: &str = "index_watermark";
 }

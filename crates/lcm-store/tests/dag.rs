@@ -9,10 +9,8 @@ use lcm_core::tokens::{Encoding, TokenCounter};
 use lcm_store::{ApplyOutcome, Store, StoreError, StoreOptions};
 
 fn store_with(n: u64) -> (Store, SessionId, Vec<MessageId>) {
-    let store = Store::open_in_memory(StoreOptions {
-        counter: TokenCounter::new(Encoding::O200kBase),
-    })
-    .unwrap();
+    let store =
+        Store::open_in_memory(StoreOptions::new(TokenCounter::new(Encoding::O200kBase))).unwrap();
     let session = store.create_session("s", None).unwrap();
     let messages = (0..n)
         .map(|i| {

@@ -75,9 +75,7 @@ struct Fixture {
 }
 
 fn options() -> StoreOptions {
-    StoreOptions {
-        counter: TokenCounter::new(Encoding::O200kBase),
-    }
+    StoreOptions::new(TokenCounter::new(Encoding::O200kBase))
 }
 
 fn open(path: &Path) -> Store {

@@ -21,9 +21,7 @@ const T0: Timestamp = Timestamp(1_700_000_000_000);
 fn open(path: &Path) -> Store {
     Store::open(
         path,
-        StoreOptions {
-            counter: TokenCounter::new(Encoding::O200kBase),
-        },
+        StoreOptions::new(TokenCounter::new(Encoding::O200kBase)),
     )
     .unwrap()
 }
