@@ -279,6 +279,7 @@ fn tools_print_their_definitions_in_both_shapes() {
             "lcm_grep",
             "lcm_describe",
             "lcm_expand",
+            "lcm_read_file",
             "lcm_expand_query",
             "Task",
             "Tasks"
@@ -763,4 +764,79 @@ fn an_interrupted_reindex_ends_at_a_commit_and_grep_stays_complete() {
             .unwrap(),
     );
     assert_eq!(page["hits"].as_array().unwrap().len(), 1, "{page}");
+}
+
+/// The case: a session whose newest messages hold a 12,000-row CSV read by a tool
+/// (about 226k tokens). `lcm context` for a 32,000-token window gives a context under it that
+/// names the file, its columns and its 12,000 rows; `lcm describe file_N` shows the exploration
+/// summary; the message is still byte for byte what was imported.
+#[test]
+fn a_twelve_thousand_row_csv_read_fits_a_32k_context_by_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut csv = String::from("order_id,customer,region,product,quantity,unit_price,order_date\n");
+    for i in 0..12_000 {
+        csv.push_str(&format!(
+            "{},customer-{:05},{},product-{:03},{},{}.{:02},2026-{:02}-{:02}\n",
+            100_000 + i,
+            i * 7 % 10_000,
+            ["north", "south", "east", "west"][i % 4],
+            i % 250,
+            1 + i % 9,
+            5 + i % 200,
+            i % 100,
+            1 + i % 12,
+            1 + i % 28
+        ));
+    }
+    let lines = [
+        serde_json::json!({"session": "sales", "role": "user", "key": "u1",
+            "content": "Load /data/sales.csv and tell me the best region."}),
+        serde_json::json!({"session": "sales", "role": "assistant", "key": "a1", "parts": [
+            {"type": "tool_call", "id": "call_1", "name": "Read",
+             "arguments": "{\"file_path\":\"/data/sales.csv\"}"}]}),
+        serde_json::json!({"session": "sales", "role": "tool", "key": "t1", "parts": [
+            {"type": "tool_result", "call_id": "call_1", "content": csv}]}),
+    ];
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let path = dir.join("sales.jsonl");
+    std::fs::write(&path, text.join("\n") + "\n").unwrap();
+    let data = dir.join("data");
+    json(&lcm(&data, &["import", "--json", path.to_str().unwrap()]));
+
+    let ctx = json(&lcm(
+        &data,
+        &["context", "--json", "sales", "--budget", "32000"],
+    ));
+    let tokens = ctx["tokens"].as_u64().unwrap();
+    assert!(tokens < 32_000, "a context of {tokens} tokens");
+    let body = ctx["body"].to_string();
+    assert!(body.contains("file_0"), "names the file record");
+    assert!(body.contains("/data/sales.csv"));
+    for column in ["order_id", "customer", "region", "unit_price", "order_date"] {
+        assert!(body.contains(column), "names column {column}");
+    }
+    assert!(
+        body.contains("12000 rows") || body.contains("12,000 rows"),
+        "says 12,000 rows: {body:.2000}"
+    );
+    assert!(
+        !body.contains("customer-09999"),
+        "the payload itself is not in the context"
+    );
+
+    let described = json(&lcm(&data, &["describe", "--json", "file_0"]));
+    let exploration = described["file"]["exploration"].as_str().unwrap();
+    assert!(exploration.contains("unit_price"), "{exploration}");
+    assert_eq!(described["file"]["kind"], "csv");
+    assert_eq!(described["file"]["path"], "/data/sales.csv");
+    assert_eq!(described["referenced_by"], serde_json::json!(["msg_2"]));
+    let human = lcm(&data, &["describe", "file_0"]);
+    assert!(human.status.success());
+    assert!(String::from_utf8_lossy(&human.stdout).contains("/data/sales.csv"));
+
+    // Lossless: the message is byte for byte the imported line.
+    let out = lcm(&data, &["show", "--original", "msg_2"]);
+    assert!(out.status.success());
+    assert_eq!(&out.stdout[..out.stdout.len() - 1], text[2].as_bytes());
 }

@@ -343,3 +343,106 @@ async fn a_sub_agent_that_crashes_mid_call_is_run_again() {
     assert!(outcome.report.is_clean(), "{:?}", outcome.report.violations);
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
 }
+
+/// Sub-agents are LCM-managed: a sub-agent that reads eight large pages of a file sends, at
+/// every step, its session's context fitted to `runtime.subagent_context_tokens` (large results
+/// by their file references, older steps compacted), never the whole growing conversation;
+/// its session still holds every result verbatim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agents_requests_stay_within_its_context_window() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.log");
+    let lines: Vec<String> = (0..16_000)
+        .map(|i| {
+            format!(
+                "2026-03-01T10:00:{:02}Z INFO request {i} served by worker {} in {}ms",
+                i % 60,
+                i % 7,
+                i % 97
+            )
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let server = ScriptedServer::start().await;
+    let steps = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&steps);
+    let file = path.to_str().unwrap().to_owned();
+    server.set_default(ScriptedReply::from_fn(move |_req| {
+        let step = counted.fetch_add(1, Ordering::SeqCst);
+        if step < 8 {
+            call(
+                "read_file",
+                json!({"path": file, "offset": step * 2_000, "limit": 2_000}),
+            )
+        } else {
+            ScriptedReply::ok("read all eight pages")
+        }
+    }));
+    let provider = OpenAiProvider::new(HttpConfig::new(server.url(), "scripted")).unwrap();
+    let mut config = Config::default();
+    config.runtime.subagent_max_steps = 12;
+    config.runtime.subagent_context_tokens = 6_000;
+    config.map.allowed_roots = vec![dir.path().to_path_buf()];
+    config.compaction.leaf_chunk_tokens = 2_000;
+    config.compaction.leaf_target_tokens = 200;
+    let rt = Runtime::open(
+        RuntimeOptions::in_memory(config)
+            .with_summarizer(Arc::new(ExtractiveSummarizer::new(counter())))
+            .with_llm(LlmClients::new(Arc::new(provider))),
+    )
+    .await
+    .expect("runtime");
+    let main = rt.session("main").await.unwrap();
+    let out = main
+        .call_tool("Task", json!({"prompt": "Read big.log page by page."}))
+        .await
+        .expect("task");
+    assert_eq!(out["answer"], "read all eight pages", "{out}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 9);
+    let counter = counter();
+    let mut largest = 0;
+    for (i, request) in requests.iter().enumerate() {
+        let messages = request.body["messages"].as_array().unwrap();
+        let tokens: usize = messages
+            .iter()
+            .map(|m| {
+                let content = m["content"].as_str().map_or(0, |c| counter.count_text(c));
+                let calls = m["tool_calls"].as_array().map_or(0, |calls| {
+                    calls
+                        .iter()
+                        .map(|c| counter.count_text(&c["function"].to_string()))
+                        .sum()
+                });
+                content + calls + 4
+            })
+            .sum();
+        assert!(tokens <= 6_000, "request {i}: {tokens} tokens of messages");
+        largest = largest.max(tokens);
+        assert_eq!(
+            messages[0]["role"], "system",
+            "request {i} keeps the system prompt"
+        );
+    }
+    // Without the window the last request would carry eight pages of 2,000 lines.
+    assert!(largest > 1_000, "{largest}");
+    // The sub-agent's session holds every page verbatim.
+    let session: lcm::SessionId = out["session"].as_str().unwrap().parse().unwrap();
+    let stored = rt.store().session_messages(session, 0..u64::MAX).unwrap();
+    let results: Vec<String> = stored
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(|p| match p {
+            lcm::core::message::Part::ToolResult { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 8);
+    assert!(
+        results[7].contains("request 15999 served"),
+        "{:.200}",
+        results[7]
+    );
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}

@@ -51,7 +51,7 @@ pub struct SessionArg {
 
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
-    /// `sum_N` or `msg_N`.
+    /// `sum_N`, `msg_N` or `file_N`.
     pub id: String,
 }
 
@@ -136,7 +136,8 @@ pub fn context_cmd(app: &App, args: &ContextArgs) -> Result<()> {
     if needs_compaction(tokens, budget, &app.config.compaction) {
         run_compaction(app, &data, session, args.budget)?;
     }
-    let ctx = assemble(&data.store, session)?;
+    // The budget invariant: whatever compaction could do, the printed context fits.
+    let ctx = assemble(&data.store, session)?.fit(budget, 0, data.store.counter())?;
     let body = match args.format {
         Shape::Openai => serde_json::json!({ "messages": ctx.to_openai(None) }),
         Shape::Anthropic => ctx.to_anthropic(None),
@@ -238,6 +239,10 @@ pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
             );
             let sources: Vec<String> = s.sources.iter().map(NodeRef::to_string).collect();
             println!("  sources: {}", sources.join(", "));
+            if !s.file_ids.is_empty() {
+                let files: Vec<String> = s.file_ids.iter().map(ToString::to_string).collect();
+                println!("  files under it: {}", files.join(", "));
+            }
             println!("\n{}", s.content);
             Ok(())
         }
@@ -260,6 +265,42 @@ pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
             println!("{}", m.search_text());
             Ok(())
         }
-        other => bail!("{other}: describe takes a summary (sum_N) or a message (msg_N)"),
+        AnyId::File(id) => {
+            let reader = data.store.reader()?;
+            let info = reader.file(id)?;
+            let messages = reader.file_messages(id)?;
+            let seen = reader.file_content(&info)?;
+            let disk = lcm_engine::tools::disk_state(&info, seen.as_deref());
+            if app.json {
+                return print_json(&serde_json::json!({
+                    "file": info, "referenced_by": messages, "on_disk": format!("{disk:?}"),
+                }));
+            }
+            println!(
+                "{} {} ({}{}), {} bytes, {} tokens, first seen in {} at {}",
+                info.id,
+                info.path
+                    .as_deref()
+                    .unwrap_or("(no path: content of a message)"),
+                info.kind,
+                info.language
+                    .as_deref()
+                    .map(|l| format!(", {l}"))
+                    .unwrap_or_default(),
+                thousands(info.byte_len),
+                thousands(u64::from(info.token_count)),
+                info.content_message
+                    .map_or_else(|| "no message".to_owned(), |m| m.to_string()),
+                info.created_at
+            );
+            let listed: Vec<String> = messages.iter().map(ToString::to_string).collect();
+            println!("  referenced by: {}", listed.join(", "));
+            println!("  sha256 {}; on disk: {disk:?}", info.content_hash);
+            println!("\n{}", info.exploration);
+            Ok(())
+        }
+        other => {
+            bail!("{other}: describe takes a summary (sum_N), a message (msg_N) or a file (file_N)")
+        }
     }
 }

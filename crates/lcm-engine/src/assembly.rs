@@ -8,6 +8,17 @@
 //! and the rendered prefix only changes when a compaction swaps a summary in, so providers'
 //! prompt caches keep hitting between compactions.
 //!
+//! Large payloads: a message part registered as a large file (see `lcm_store::files`) is shown
+//! as the file's reference (id, path, kind, sizes, exploration summary) instead of its payload,
+//! and the message counts the tokens of what is shown ([`shown_message`]).
+//!
+//! The budget invariant: [`AssembledContext::fit`] makes any context fit a budget, whatever
+//! compaction did or could not do: it replaces the oldest raw messages (whole tool exchanges)
+//! by one marker naming their ids, then the oldest summaries, then the largest parts of the
+//! newest messages by references with a head excerpt; if even that cannot fit, it fails with a
+//! [`BudgetError`] rather than exceed the budget. Every path that hands a context to a model
+//! fits it. Nothing is lost: every message stays reachable by id, grep and expansion.
+//!
 //! Tool pairing: a tool result is only sent right after the assistant message that made the
 //! call, and a call only with its result. A call or result whose partner is not in the context
 //! (compaction never splits them, but a transcript may hold a dangling one) is rendered as plain
@@ -15,10 +26,14 @@
 
 use std::collections::HashSet;
 
-use lcm_core::ids::SessionId;
+use lcm_core::files::{
+    render_elided_span, render_file_reference, render_part_reference, shown_part,
+};
+use lcm_core::ids::{MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part, Role};
 use lcm_core::summary::{ContextState, NodeRef, Summary, SummaryKind};
-use lcm_store::{Store, StoreError};
+use lcm_core::tokens::{BINARY_PART_TOKENS, MESSAGE_OVERHEAD_TOKENS, TokenCounter};
+use lcm_store::{Store, StoreError, StoreReader};
 use serde_json::{Value, json};
 
 /// One item of an assembled context.
@@ -26,18 +41,40 @@ use serde_json::{Value, json};
 pub enum ContextItem {
     /// A top-level summary and its rendered text.
     Summary { summary: Summary, rendered: String },
-    /// A raw message.
+    /// A raw message, as contexts show it (large parts replaced by file references; its
+    /// token count is that of what is shown).
     Message(Message),
+    /// A marker for items left out to fit a budget ([`AssembledContext::fit`]), rendered as a
+    /// user message: the raw messages `messages` (first and last id, inclusive) or the
+    /// summaries `summaries`, named in its text.
+    Elided {
+        text: String,
+        tokens: u64,
+        messages: Option<(MessageId, MessageId)>,
+        summaries: Vec<SummaryId>,
+    },
 }
 
 impl ContextItem {
-    /// Stored tokens of this item.
+    /// Tokens of this item in a context.
     pub fn tokens(&self) -> u64 {
         match self {
             ContextItem::Summary { summary, .. } => u64::from(summary.token_count),
             ContextItem::Message(m) => u64::from(m.token_count),
+            ContextItem::Elided { tokens, .. } => *tokens,
         }
     }
+}
+
+/// Why a context cannot be made to fit its budget.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the context cannot fit in {budget} tokens: the system prompt ({system} tokens) and the smallest form of the context ({needed} tokens) do not fit"
+)]
+pub struct BudgetError {
+    pub budget: u64,
+    pub system: u64,
+    pub needed: u64,
 }
 
 /// A session's context, ready to render.
@@ -60,8 +97,9 @@ pub fn assemble(store: &Store, session: SessionId) -> Result<AssembledContext, S
         let rendered = render_summary(&summary);
         items.push(ContextItem::Summary { summary, rendered });
     }
+    let large = store.file_rules().large_file_tokens;
     for m in reader.session_messages(session, state.raw_from..u64::MAX)? {
-        items.push(ContextItem::Message(m));
+        items.push(ContextItem::Message(shown_message(&reader, m, large)?));
     }
     let tokens = items.iter().map(ContextItem::tokens).sum();
     Ok(AssembledContext {
@@ -70,6 +108,32 @@ pub fn assemble(store: &Store, session: SessionId) -> Result<AssembledContext, S
         items,
         tokens,
     })
+}
+
+/// `m` as contexts show it: each part registered as a large file replaced by the file's
+/// reference, and the token count of what is shown. Only messages over `large_file_tokens`
+/// can have such parts (the store registers none in smaller ones), so others cost nothing.
+pub fn shown_message(
+    reader: &StoreReader,
+    mut m: Message,
+    large_file_tokens: u32,
+) -> Result<Message, StoreError> {
+    if m.token_count <= large_file_tokens {
+        return Ok(m);
+    }
+    let Some(files) = reader.message_files(m.id)? else {
+        return Ok(m);
+    };
+    if files.refs.iter().all(|r| r.inline) {
+        return Ok(m);
+    }
+    for (index, part) in m.parts.iter_mut().enumerate() {
+        if let Some(file) = files.replaced(index) {
+            *part = shown_part(part, render_file_reference(&reader.file(file)?));
+        }
+    }
+    m.token_count = files.context_tokens;
+    Ok(m)
 }
 
 /// The text of a summary as the model sees it: a header the engine writes (never the model),
@@ -125,6 +189,245 @@ fn first_id(sources: &[NodeRef]) -> String {
 
 fn last_id(sources: &[NodeRef]) -> String {
     sources.last().map_or_else(String::new, NodeRef::to_string)
+}
+
+impl AssembledContext {
+    /// Makes the context fit `budget` tokens with `system_tokens` of system prompt beside it
+    /// (see the module docs): unchanged when it fits; otherwise the oldest raw tool exchanges,
+    /// then the oldest summaries, are replaced by markers naming them, then the largest parts
+    /// of what remains by references with a head excerpt. Fails when even that does not fit.
+    pub fn fit(
+        mut self,
+        budget: u64,
+        system_tokens: u64,
+        counter: TokenCounter,
+    ) -> Result<AssembledContext, BudgetError> {
+        let fail = |needed: u64| BudgetError {
+            budget,
+            system: system_tokens,
+            needed,
+        };
+        let Some(room) = budget.checked_sub(system_tokens) else {
+            return Err(fail(0));
+        };
+        if self.tokens <= room {
+            return Ok(self);
+        }
+        // Markers of an earlier fit stay as they are (they name what is already left out).
+        let earlier = |summaries: bool| -> Vec<ContextItem> {
+            self.items
+                .iter()
+                .filter(|i| {
+                    matches!(i, ContextItem::Elided { summaries: s, .. } if s.is_empty() != summaries)
+                })
+                .cloned()
+                .collect()
+        };
+        let (earlier_summaries, earlier_raw) = (earlier(true), earlier(false));
+        let fixed = earlier_summaries
+            .iter()
+            .chain(&earlier_raw)
+            .map(ContextItem::tokens)
+            .sum::<u64>();
+        let Some(room) = room.checked_sub(fixed) else {
+            return Err(fail(fixed));
+        };
+        let summaries: Vec<ContextItem> = self
+            .items
+            .iter()
+            .filter(|i| matches!(i, ContextItem::Summary { .. }))
+            .cloned()
+            .collect();
+        let mut raw: Vec<Message> = self
+            .items
+            .drain(..)
+            .filter_map(|i| match i {
+                ContextItem::Message(m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        let groups = exchange_starts(&raw);
+        let tokens_of = |items: &[ContextItem]| items.iter().map(ContextItem::tokens).sum::<u64>();
+        let raw_tokens =
+            |raw: &[Message]| raw.iter().map(|m| u64::from(m.token_count)).sum::<u64>();
+
+        // 1. The oldest raw exchanges, all but the newest, become one marker.
+        let summary_tokens = tokens_of(&summaries);
+        let mut cut = 0; // raw[..cut] elided
+        let mut raw_marker: Option<ContextItem> = None;
+        for &start in groups.iter().skip(1) {
+            if summary_tokens + marker_tokens(&raw_marker) + raw_tokens(&raw[cut..]) <= room {
+                break;
+            }
+            cut = start;
+            raw_marker = Some(span_marker(self.session, &raw[..cut], counter));
+        }
+        let mut kept_raw = raw.split_off(cut);
+        let tokens = |s: &[ContextItem], m: &Option<ContextItem>, r: &[Message]| {
+            tokens_of(s) + marker_tokens(m) + raw_tokens(r)
+        };
+
+        // 2. The oldest summaries, as many as needed, become one marker.
+        let mut summaries = summaries;
+        let mut summary_marker: Option<ContextItem> = None;
+        let mut dropped: Vec<Summary> = Vec::new();
+        while !summaries.is_empty()
+            && tokens(&summaries, &raw_marker, &kept_raw) + marker_tokens(&summary_marker) > room
+        {
+            if let ContextItem::Summary { summary, .. } = summaries.remove(0) {
+                dropped.push(summary);
+            }
+            summary_marker = Some(summaries_marker(&dropped, counter));
+        }
+
+        // 3. The largest parts of the newest messages become references with a head excerpt.
+        let mut shrunk = HashSet::new();
+        while tokens(&summaries, &raw_marker, &kept_raw) + marker_tokens(&summary_marker) > room {
+            if !shrink_largest_part(&mut kept_raw, &mut shrunk, counter) {
+                let needed = tokens(&summaries, &raw_marker, &kept_raw)
+                    + marker_tokens(&summary_marker)
+                    + fixed;
+                return Err(fail(needed));
+            }
+        }
+
+        let mut items = Vec::with_capacity(summaries.len() + kept_raw.len() + 4);
+        items.extend(earlier_summaries);
+        items.extend(summary_marker);
+        items.extend(summaries);
+        items.extend(earlier_raw);
+        items.extend(raw_marker);
+        items.extend(kept_raw.into_iter().map(ContextItem::Message));
+        self.tokens = tokens_of(&items);
+        self.items = items;
+        debug_assert!(self.tokens <= room + fixed);
+        Ok(self)
+    }
+}
+
+fn marker_tokens(marker: &Option<ContextItem>) -> u64 {
+    marker.as_ref().map_or(0, ContextItem::tokens)
+}
+
+fn elided(
+    text: String,
+    messages: Option<(MessageId, MessageId)>,
+    summaries: Vec<SummaryId>,
+    counter: TokenCounter,
+) -> ContextItem {
+    let tokens = counter.count_text(&text) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS);
+    ContextItem::Elided {
+        text,
+        tokens,
+        messages,
+        summaries,
+    }
+}
+
+/// The marker for raw messages left out (`raw` is not empty).
+fn span_marker(session: SessionId, raw: &[Message], counter: TokenCounter) -> ContextItem {
+    let (first, last) = (raw[0].id, raw[raw.len() - 1].id);
+    let stored: u64 = raw.iter().map(|m| u64::from(m.token_count)).sum();
+    elided(
+        render_elided_span(session, first, last, raw.len() as u64, stored),
+        Some((first, last)),
+        Vec::new(),
+        counter,
+    )
+}
+
+/// The marker for summaries left out (`dropped` is not empty).
+fn summaries_marker(dropped: &[Summary], counter: TokenCounter) -> ContextItem {
+    let ids: Vec<String> = dropped.iter().map(|s| s.id.to_string()).collect();
+    let messages: u64 = dropped.iter().map(|s| s.descendant_messages).sum();
+    elided(
+        format!(
+            "<lcm_elided summaries=\"{}\" messages=\"{messages}\"/>\n(Older summaries not shown: no room in this context. lcm_describe any of them reads it.)",
+            ids.join(",")
+        ),
+        None,
+        dropped.iter().map(|s| s.id).collect(),
+        counter,
+    )
+}
+
+/// Indices in `raw` where a tool exchange starts: a message starts one unless it answers a
+/// call made in the exchange before it (a call and its results go together).
+fn exchange_starts(raw: &[Message]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut open: HashSet<&str> = HashSet::new();
+    for (i, m) in raw.iter().enumerate() {
+        let answers = m.parts.iter().any(|p| match p {
+            Part::ToolResult { call_id, .. } => open.contains(call_id.as_str()),
+            _ => false,
+        });
+        if !answers {
+            starts.push(i);
+            open.clear();
+        }
+        for p in &m.parts {
+            if let Part::ToolCall { id, .. } = p {
+                open.insert(id.as_str());
+            }
+        }
+    }
+    starts
+}
+
+/// Characters of a part kept as the head excerpt of its reference.
+const HEAD_EXCERPT_CHARS: usize = 400;
+
+/// Replaces the largest part of `raw` not replaced before (`shrunk`) and larger than a
+/// reference (a long text, or an image) by a reference with a head excerpt, and recounts its
+/// message; `false` when no part is worth replacing.
+fn shrink_largest_part(
+    raw: &mut [Message],
+    shrunk: &mut HashSet<(usize, usize)>,
+    counter: TokenCounter,
+) -> bool {
+    // Compared in bytes of text; an image as the bytes of text its tokens would take.
+    let size = |part: &Part| match part {
+        Part::Binary { .. } => BINARY_PART_TOKENS as usize * 4,
+        other => other.searchable_text().map_or(0, |t| t.len()),
+    };
+    let mut best: Option<(usize, usize, usize)> = None; // (message, part, size)
+    for (mi, m) in raw.iter().enumerate() {
+        for (pi, part) in m.parts.iter().enumerate() {
+            let len = size(part);
+            if !shrunk.contains(&(mi, pi))
+                && len > HEAD_EXCERPT_CHARS * 2
+                && best.is_none_or(|(_, _, best_len)| len > best_len)
+            {
+                best = Some((mi, pi, len));
+            }
+        }
+    }
+    let Some((mi, pi, _)) = best else {
+        return false;
+    };
+    shrunk.insert((mi, pi));
+    let m = &mut raw[mi];
+    let (head, part_tokens) = match &m.parts[pi] {
+        Part::Binary {
+            media_type,
+            byte_len,
+        } => (
+            format!("[{media_type}, {byte_len} bytes, kept in the store]"),
+            u64::from(BINARY_PART_TOKENS),
+        ),
+        other => {
+            let text = other
+                .searchable_text()
+                .map(|t| t.into_owned())
+                .unwrap_or_default();
+            let head: String = text.chars().take(HEAD_EXCERPT_CHARS).collect();
+            (head, counter.count_text(&text) as u64)
+        }
+    };
+    let reference = render_part_reference(m.id, pi, part_tokens, &head);
+    m.parts[pi] = shown_part(&m.parts[pi], reference);
+    m.token_count = counter.count_message(m.role, &m.parts);
+    true
 }
 
 /// Call ids that have both a call and a result in the context.
@@ -189,7 +492,8 @@ impl AssembledContext {
         }
         for item in &self.items {
             match item {
-                ContextItem::Summary { rendered, .. } => {
+                ContextItem::Summary { rendered, .. }
+                | ContextItem::Elided { text: rendered, .. } => {
                     out.push(json!({"role": "user", "content": rendered}));
                 }
                 ContextItem::Message(m) => openai_message(m, &paired, &mut out),
@@ -216,7 +520,8 @@ impl AssembledContext {
         };
         for item in &self.items {
             match item {
-                ContextItem::Summary { rendered, .. } => {
+                ContextItem::Summary { rendered, .. }
+                | ContextItem::Elided { text: rendered, .. } => {
                     push("user", vec![json!({"type": "text", "text": rendered})]);
                 }
                 ContextItem::Message(m) => {

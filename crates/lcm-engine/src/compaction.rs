@@ -31,7 +31,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use lcm_core::config::CompactionConfig;
-use lcm_core::ids::{MessageId, SessionId, SummaryId};
+use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part};
 use lcm_core::summary::{NewSummary, NodeRef, SummaryKind};
 use lcm_core::tokens::TokenCounter;
@@ -39,7 +39,7 @@ use lcm_llm::summarize::{Summarizer, SummaryRequest, summarize_with_escalation};
 use lcm_store::{ApplyOutcome, Store, StoreError};
 use serde::Serialize;
 
-use crate::assembly::{ContextItem, assemble};
+use crate::assembly::{ContextItem, assemble, shown_message};
 
 /// Tokens reserved for the header the engine adds to every summary (id, kind, depth, times,
 /// covered ids, files); checked against real renderings in the tests.
@@ -117,6 +117,8 @@ impl CompactionReport {
 pub enum CompactionError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Budget(#[from] crate::assembly::BudgetError),
     #[error("budget must be positive")]
     ZeroBudget,
     #[error("compaction was cancelled: {0}")]
@@ -264,11 +266,12 @@ async fn run(
         if attempts > config.max_passes * 2 {
             break; // Only reachable if spans keep changing under us; never loop forever.
         }
-        let Some(pass) = plan(&ctx.items, config, ctx.tokens > hard) else {
+        let tail_max_tokens = (config.fresh_tail_max_share * budget as f64) as u64;
+        let Some(pass) = plan(&ctx.items, config, ctx.tokens > hard, tail_max_tokens) else {
             break;
         };
         let prepare_config = config.clone();
-        let (mut request, sources, kind, depth) = store
+        let (mut request, sources, kind, depth, files) = store
             .with(move |s| prepare(s, &pass, &prepare_config))
             .await??;
         // The summary must pay for its header too, or the pass would grow the context. `plan`
@@ -283,7 +286,8 @@ async fn run(
         request.input_tokens -= SUMMARY_HEADER_TOKENS;
         let outcome = summarize_with_escalation(summarizer, counter, &request).await;
         report.provider_calls += outcome.calls;
-        let token_count = summary_tokens(counter, &outcome.text);
+        // The header names every file under the summary: its stored count pays for them too.
+        let token_count = summary_tokens(counter, &outcome.text) + files_tokens(counter, &files);
         let new = NewSummary {
             session,
             kind,
@@ -323,12 +327,19 @@ async fn run(
 }
 
 /// Chooses the next pass for a context, or `None` when nothing can be compacted.
-/// `over_hard` allows compacting into the fresh tail (down to its last two messages).
+/// `over_hard` allows compacting into the fresh tail (down to its last two messages). The
+/// fresh tail also yields in tokens: it keeps only the newest messages that fit in
+/// `tail_max_tokens` together, so a few huge messages cannot pin a context over its budget.
 ///
 /// Every pass it proposes covers more than a summary's header and smallest body
 /// (`MIN_SPAN_TOKENS`), so applying it shrinks the context: a candidate too small for that is
 /// passed over for the next one, never returned.
-pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -> Option<Pass> {
+pub fn plan(
+    items: &[ContextItem],
+    config: &CompactionConfig,
+    over_hard: bool,
+    tail_max_tokens: u64,
+) -> Option<Pass> {
     // Condensed: the oldest run of `fanout` same-depth summaries side by side.
     let summaries: Vec<(SummaryId, u32, u64)> = items
         .iter()
@@ -336,7 +347,7 @@ pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -
             ContextItem::Summary { summary, .. } => {
                 Some((summary.id, summary.depth, u64::from(summary.token_count)))
             }
-            ContextItem::Message(_) => None,
+            _ => None,
         })
         .collect();
     let span_tokens = |span: &[(SummaryId, u32, u64)]| span.iter().map(|s| s.2).sum::<u64>();
@@ -367,7 +378,7 @@ pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -
         .iter()
         .filter_map(|i| match i {
             ContextItem::Message(m) => Some(m),
-            ContextItem::Summary { .. } => None,
+            _ => None,
         })
         .collect();
     let keep = if over_hard {
@@ -375,6 +386,7 @@ pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -
     } else {
         config.fresh_tail
     };
+    let keep = keep.min(tail_fitting(&raw, tail_max_tokens));
     let eligible = raw.len().saturating_sub(keep);
     // A span is preferably at least a leaf summary's target: below that, most of what the pass
     // writes is header, so a chunk cut short by a large next message takes that message too.
@@ -409,6 +421,18 @@ pub fn plan(items: &[ContextItem], config: &CompactionConfig, over_hard: bool) -
         }
     }
     None
+}
+
+/// How many of the newest `raw` messages fit in `max_tokens` together.
+fn tail_fitting(raw: &[&Message], max_tokens: u64) -> usize {
+    let mut total = 0u64;
+    raw.iter()
+        .rev()
+        .take_while(|m| {
+            total += u64::from(m.token_count);
+            total <= max_tokens
+        })
+        .count()
 }
 
 /// The end of the leaf span over `messages` (oldest first), or `None` if no span is worth
@@ -457,18 +481,31 @@ fn leaf_span_end(messages: &[&Message], chunk_tokens: u32, preferred_tokens: u32
 
 /// Reads a pass's sources and renders the text to summarise (reasoning and binary payloads
 /// stripped).
-fn prepare(
-    store: &Store,
-    pass: &Pass,
-    config: &CompactionConfig,
-) -> Result<(SummaryRequest, Vec<NodeRef>, SummaryKind, u32), StoreError> {
+/// What [`prepare`] gives a pass: the request, its sources, kind and depth, and the files under
+/// it (as `apply_summary` will record them).
+type Prepared = (SummaryRequest, Vec<NodeRef>, SummaryKind, u32, Vec<FileId>);
+
+fn prepare(store: &Store, pass: &Pass, config: &CompactionConfig) -> Result<Prepared, StoreError> {
     let reader = store.reader()?;
+    let large = store.file_rules().large_file_tokens;
+    let mut files: Vec<FileId> = Vec::new();
+    let mut add_files = |more: &mut dyn Iterator<Item = FileId>| {
+        for f in more {
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+    };
     let mut content = String::new();
     let mut input_tokens = 0u64;
     let (sources, kind, depth, target) = match pass {
         Pass::Leaf { messages } => {
             for id in messages {
-                let m = reader.message(*id)?;
+                // What the context shows: a large file as its reference, not its payload.
+                let m = shown_message(&reader, reader.message(*id)?, large)?;
+                if let Some(refs) = reader.message_files(*id)? {
+                    add_files(&mut refs.refs.iter().map(|r| r.file));
+                }
                 input_tokens += u64::from(m.token_count);
                 content.push_str(&format!("[{} {} {}]\n", m.id, m.role, m.created_at));
                 for part in &m.parts {
@@ -490,6 +527,7 @@ fn prepare(
             for id in summaries {
                 let s = reader.summary(*id)?;
                 input_tokens += u64::from(s.token_count);
+                add_files(&mut s.file_ids.iter().copied());
                 content.push_str(&format!(
                     "[{} depth {} {}..{}]\n{}\n\n",
                     s.id, s.depth, s.earliest_at, s.latest_at, s.content
@@ -514,7 +552,18 @@ fn prepare(
         target_tokens: target,
         depth,
     };
-    Ok((request, sources, kind, depth))
+    Ok((request, sources, kind, depth, files))
+}
+
+/// Tokens of the `files="..."` attribute [`crate::assembly::render_summary`] writes for
+/// `files` (none for no files).
+fn files_tokens(counter: TokenCounter, files: &[FileId]) -> u32 {
+    if files.is_empty() {
+        return 0;
+    }
+    let list: Vec<String> = files.iter().map(FileId::to_string).collect();
+    let attribute = format!(" files=\"{}\"", list.join(","));
+    u32::try_from(counter.count_text(&attribute)).unwrap_or(u32::MAX)
 }
 
 /// The text of a part worth summarising: no reasoning, no binary payloads.

@@ -58,13 +58,14 @@ impl ContextController {
         }
         let soft = (self.config.soft_threshold * budget as f64) as u64;
         let hard = (self.config.hard_threshold * budget as f64) as u64;
+        let counter = self.store.counter();
         let ctx = assemble(&self.store, session)?;
         if ctx.tokens <= soft {
-            return Ok(ctx);
+            return Ok(ctx.fit(budget, 0, counter)?);
         }
         if ctx.tokens <= hard {
             self.start(session, budget);
-            return Ok(ctx);
+            return Ok(ctx.fit(budget, 0, counter)?);
         }
         // Above the hard threshold: wait for a compaction (the running one, then a fresh one if
         // the running one was started for an older, smaller context).
@@ -73,10 +74,10 @@ impl ContextController {
             self.wait(session).await?;
             let ctx = assemble(&self.store, session)?;
             if ctx.tokens <= hard {
-                return Ok(ctx);
+                return Ok(ctx.fit(budget, 0, counter)?);
             }
         }
-        Ok(assemble(&self.store, session)?)
+        Ok(assemble(&self.store, session)?.fit(budget, 0, counter)?)
     }
 
     /// Whether a compaction of `session` is running.

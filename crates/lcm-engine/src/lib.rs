@@ -31,8 +31,13 @@ pub mod operators;
 pub mod runtime;
 pub mod tools;
 
-pub use agent::{AgentLimits, AgentOutcome, AgentStop, AgentTools, run_agent, turn_to_message};
-pub use assembly::{AssembledContext, ContextItem, assemble, render_summary};
+pub use agent::{
+    AgentLimits, AgentOutcome, AgentStop, AgentTools, ConversationWindow, run_agent,
+    turn_to_message,
+};
+pub use assembly::{
+    AssembledContext, BudgetError, ContextItem, assemble, render_summary, shown_message,
+};
 pub use compaction::{CompactionReport, compact, effective_budget, needs_compaction};
 pub use controller::ContextController;
 pub use tools::{Caller, Tool, ToolContext, ToolDefinition, ToolError, ToolFormat, ToolRegistry};

@@ -127,6 +127,7 @@ async fn run(
         "What is 2 + 3 + 4?".into(),
         limits,
         &mut observer,
+        None,
     )
     .await;
     let elapsed = started.elapsed();

@@ -27,7 +27,7 @@ fn counter() -> TokenCounter {
 }
 
 fn store() -> Store {
-    Store::open_in_memory(StoreOptions { counter: counter() }).unwrap()
+    Store::open_in_memory(StoreOptions::new(counter())).unwrap()
 }
 
 /// Every message reachable from the context (summaries walked down, then the raw tail).
@@ -496,7 +496,7 @@ fn plan_extends_a_leaf_span_too_small_to_pay_for_its_summary() {
             .append(s, NewMessage::text(Role::User, "tail two"))
             .unwrap();
         let ctx = assemble(&store, s).unwrap();
-        let Some(Pass::Leaf { messages }) = plan(&ctx.items, &config, false) else {
+        let Some(Pass::Leaf { messages }) = plan(&ctx.items, &config, false, u64::MAX) else {
             panic!("no leaf pass planned");
         };
         (messages, all_messages(&store, s))

@@ -31,7 +31,7 @@ async fn setup() -> (
     let counter = TokenCounter::new(Encoding::O200kBase);
     let provider = OpenAiProvider::new(HttpConfig::new(server.url(), "m")).unwrap();
     let summarizer = Arc::new(LlmSummarizer::new(Arc::new(provider), counter, "m"));
-    let store = Arc::new(Store::open_in_memory(StoreOptions { counter }).unwrap());
+    let store = Arc::new(Store::open_in_memory(StoreOptions::new(counter)).unwrap());
     let session = store.create_session("s", None).unwrap();
     let config = CompactionConfig {
         fresh_tail: 4,

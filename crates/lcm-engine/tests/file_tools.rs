@@ -11,10 +11,8 @@ use lcm_store::{Store, StoreOptions};
 use serde_json::json;
 
 fn context(root: &Path, caller: Caller) -> ToolContext {
-    let store = Store::open_in_memory(StoreOptions {
-        counter: TokenCounter::new(Encoding::O200kBase),
-    })
-    .unwrap();
+    let store =
+        Store::open_in_memory(StoreOptions::new(TokenCounter::new(Encoding::O200kBase))).unwrap();
     let mut config = Config::default();
     config.map.allowed_roots = vec![root.to_path_buf()];
     ToolContext::new(Arc::new(store), None, Arc::new(config), caller)

@@ -23,9 +23,7 @@ use lcm_store::{ItemState, JobStatus, Store, StoreOptions};
 use serde_json::{Value, json};
 
 fn options() -> StoreOptions {
-    StoreOptions {
-        counter: TokenCounter::new(Encoding::O200kBase),
-    }
+    StoreOptions::new(TokenCounter::new(Encoding::O200kBase))
 }
 
 /// A provider on `server` with `retries` HTTP retries (fast backoff) and no circuit breaker.

@@ -100,7 +100,7 @@ async fn fixture() -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let config = Config::default();
     let counter = TokenCounter::new(config.tokenizer.encoding());
-    let store = Store::open(tmp.path().join("lcm.redb"), StoreOptions { counter }).unwrap();
+    let store = Store::open(tmp.path().join("lcm.redb"), StoreOptions::new(counter)).unwrap();
     let session = store.create_session("conversation", None).unwrap();
     let mut t = Timestamp::parse("2026-01-05T09:00:00Z").unwrap();
     for i in 0..90 {
@@ -261,6 +261,7 @@ async fn definitions_export_in_both_provider_shapes() {
             "lcm_grep",
             "lcm_describe",
             "lcm_expand",
+            "lcm_read_file",
             "lcm_expand_query",
             "Task",
             "Tasks"
@@ -306,7 +307,7 @@ async fn definitions_export_in_both_provider_shapes() {
         ]
     );
     let sub = registry.export_for(ToolFormat::Anthropic, &Caller::sub_agent(None, 1));
-    assert_eq!(sub.as_array().unwrap().len(), 6);
+    assert_eq!(sub.as_array().unwrap().len(), 7);
     // A read-only exploration agent is offered no delegation tools.
     let explorer = Caller {
         read_only: true,
@@ -319,7 +320,13 @@ async fn definitions_export_in_both_provider_shapes() {
         .collect();
     assert_eq!(
         names,
-        vec!["lcm_grep", "lcm_describe", "lcm_expand", "lcm_expand_query"]
+        vec![
+            "lcm_grep",
+            "lcm_describe",
+            "lcm_expand",
+            "lcm_read_file",
+            "lcm_expand_query"
+        ]
     );
     assert_eq!("OpenAI".parse::<ToolFormat>(), Ok(ToolFormat::OpenAi));
     assert_eq!("anthropic".parse::<ToolFormat>(), Ok(ToolFormat::Anthropic));
@@ -394,6 +401,7 @@ async fn registration_rejects_duplicates_and_unusable_definitions() {
             "lcm_grep",
             "lcm_describe",
             "lcm_expand",
+            "lcm_read_file",
             "lcm_expand_query",
             "Task",
             "Tasks",
@@ -521,8 +529,9 @@ async fn invalid_arguments_name_each_pointer_and_nothing_runs() {
     assert_eq!(name, "lcm_grepp");
     assert!(available.contains(&"lcm_grep".to_owned()));
     assert!(
-        err.to_string()
-            .contains("lcm_grep, lcm_describe, lcm_expand, lcm_expand_query, Task, Tasks, echo"),
+        err.to_string().contains(
+            "lcm_grep, lcm_describe, lcm_expand, lcm_read_file, lcm_expand_query, Task, Tasks, echo"
+        ),
         "{err}"
     );
 
@@ -969,14 +978,19 @@ async fn describe_summaries_messages_sessions_and_refuses_bad_ids_clearly() {
         )
     );
 
-    // Files are not stored yet: a clear error naming the id.
+    // A file read of the fixture is a file record; an unknown one is a clear error.
+    let file = fx
+        .call(&ctx, "lcm_describe", json!({"id": "file_0"}))
+        .await
+        .unwrap();
+    assert_eq!(file["type"], "file");
+    assert!(file["path"].is_string(), "{file}");
     let err = fx
-        .call(&ctx, "lcm_describe", json!({"id": "file_7"}))
+        .call(&ctx, "lcm_describe", json!({"id": "file_999"}))
         .await
         .unwrap_err();
-    assert!(matches!(err, ToolError::Unsupported { .. }), "{err}");
-    assert!(err.to_string().contains("file_7"), "{err}");
-    assert!(err.to_string().contains("large-file"), "{err}");
+    assert!(matches!(err, ToolError::NotFound { .. }), "{err}");
+    assert!(err.to_string().contains("file_999"), "{err}");
     // Unknown and malformed ids.
     for (id, expect) in [
         ("sum_424242", "no summary sum_424242"),

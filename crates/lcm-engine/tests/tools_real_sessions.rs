@@ -221,7 +221,7 @@ async fn sampled_strings_are_found_by_grep_and_recovered_verbatim_by_expand() {
         let started = Instant::now();
         let tmp = tempfile::tempdir().unwrap();
         let counter = TokenCounter::new(config.tokenizer.encoding());
-        let store = Store::open(tmp.path().join("lcm.redb"), StoreOptions { counter }).unwrap();
+        let store = Store::open(tmp.path().join("lcm.redb"), StoreOptions::new(counter)).unwrap();
         let report = import_file(&store, file, &ImportOptions::default(), |_, _| {}).unwrap();
         let session = report
             .sessions

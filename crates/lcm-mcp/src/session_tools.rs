@@ -318,6 +318,9 @@ impl Tool for LcmContext {
             .context(budget)
             .await
             .map_err(|e| runtime_error(NAME, e))?;
+        let system = args.get("system").and_then(Value::as_str);
+        let context = lcm_engine::runtime::fit_with_system(&self.runtime, context, budget, system)
+            .map_err(|e| runtime_error(NAME, e))?;
         let mut out = json!({
             "session": context.session,
             "budget": budget,
@@ -325,7 +328,6 @@ impl Tool for LcmContext {
             "summaries": context.state.summaries,
             "raw_from": context.state.raw_from,
         });
-        let system = args.get("system").and_then(Value::as_str);
         match format {
             ToolFormat::OpenAi => {
                 out["format"] = json!("openai");
@@ -418,6 +420,10 @@ fn runtime_error(tool: &str, error: RuntimeError) -> ToolError {
         RuntimeError::Invalid(message) => ToolError::InvalidRequest {
             tool: tool.into(),
             message,
+        },
+        RuntimeError::Budget(e) => ToolError::InvalidRequest {
+            tool: tool.into(),
+            message: e.to_string(),
         },
         other => ToolError::failed(tool, other),
     }

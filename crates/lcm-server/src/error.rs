@@ -134,6 +134,10 @@ impl From<RuntimeError> for ApiError {
         match error {
             RuntimeError::Store(store) => store.into(),
             RuntimeError::Invalid(_) => ApiError::bad_request(message),
+            // The same answer as the proxy's for a budget nothing fits in.
+            RuntimeError::Budget(_) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "budget_too_small", message)
+            }
             RuntimeError::SessionQuarantined { .. } => {
                 ApiError::unavailable("session_quarantined", message)
             }

@@ -225,6 +225,9 @@ pub(crate) async fn get_context(
     let info = state.visible_session(&principal, &id).await?;
     let handle = state.runtime().session_by_id(info.id).await?;
     let context = handle.context(query.budget).await?;
+    let system = query.system.as_deref();
+    let context =
+        lcm_engine::runtime::fit_with_system(state.runtime(), context, query.budget, system)?;
     let mut out = json!({
         "session": context.session,
         "budget": query.budget,
@@ -232,7 +235,6 @@ pub(crate) async fn get_context(
         "summaries": context.state.summaries,
         "raw_from": context.state.raw_from,
     });
-    let system = query.system.as_deref();
     match format {
         ToolFormat::OpenAi => {
             out["format"] = json!("openai");

@@ -510,3 +510,74 @@ async fn a_graceful_stop_keeps_everything_and_releases_the_store() {
         .unwrap();
     drop((tmp, root));
 }
+
+/// The budget invariant over HTTP: a message far over the large-file threshold is shown by its
+/// file reference, one over the whole window by a part reference, and the system prompt comes
+/// out of the same budget; a budget the system prompt alone exceeds is a 400 `budget_too_small` naming the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_and_the_system_prompt_stay_within_the_budget() {
+    let server = start_default().await;
+    let id = server.session("big").await;
+    let rows: String = (0..6_000)
+        .map(|i| {
+            format!(
+                "{i},widget-{i},{}.{:02},2026-01-{:02}\n",
+                i % 500,
+                i % 100,
+                1 + i % 28
+            )
+        })
+        .collect();
+    let csv = format!("id,name,price,date\n{rows}");
+    let long_note = "the rollback plan for the staging cluster needs review ".repeat(700);
+    let messages = json!([
+        {"role": "user", "content": "Here is the export:", "key": "u0"},
+        {"role": "user", "content": csv, "key": "u1"},
+        {"role": "user", "content": long_note, "key": "u2"},
+    ]);
+    let answer = server
+        .post(&format!("/v1/sessions/{id}/messages"), &messages)
+        .await;
+    assert_eq!(answer.body["inserted"], 3, "{answer:?}");
+
+    let system = "You are a careful analyst. ".repeat(20);
+    let ctx = server
+        .get(&format!(
+            "/v1/sessions/{id}/context?budget=4000&system={}",
+            system.replace(' ', "%20")
+        ))
+        .await;
+    assert_eq!(ctx.status, StatusCode::OK, "{ctx:?}");
+    let tokens = ctx.body["tokens"].as_u64().unwrap();
+    let system_tokens = lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase)
+        .count_text(&system) as u64;
+    assert!(
+        tokens + system_tokens <= 4_000,
+        "{tokens} + {system_tokens} tokens for a 4000-token window"
+    );
+    let body = ctx.body["messages"].to_string();
+    assert!(body.contains("<lcm_file id=\\\"file_0\\\""), "{body:.3000}");
+    assert!(
+        body.contains("6000 rows") || body.contains("6,000 rows"),
+        "{body:.3000}"
+    );
+    // The note larger than the window was compacted or shown by a reference, never raw.
+    assert!(!body.contains(&long_note[..2_000]), "{body:.3000}");
+    assert_eq!(ctx.body["messages"][0]["role"], "system");
+
+    let too_small = server
+        .get(&format!(
+            "/v1/sessions/{id}/context?budget=100&system={}",
+            system.replace(' ', "%20")
+        ))
+        .await;
+    assert_eq!(too_small.status, StatusCode::BAD_REQUEST, "{too_small:?}");
+    assert_eq!(too_small.body["error"], "budget_too_small", "{too_small:?}");
+    assert!(
+        too_small.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot fit in"),
+        "{too_small:?}"
+    );
+}

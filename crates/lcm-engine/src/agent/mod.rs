@@ -13,7 +13,7 @@
 
 mod run;
 
-pub use run::{AgentLimits, AgentOutcome, AgentStop, AgentTools, run_agent};
+pub use run::{AgentLimits, AgentOutcome, AgentStop, AgentTools, ConversationWindow, run_agent};
 
 use lcm_core::message::{NewMessage, Part, Role};
 use lcm_core::time::Timestamp;

@@ -21,6 +21,16 @@ pub trait AgentTools: Send + Sync {
     async fn execute(&self, name: &str, arguments: &Value) -> Result<Value, String>;
 }
 
+/// What a run sends the model at each step. Without one, the whole conversation so far; the
+/// runtime's sub-agents send a bounded view instead: their session, assembled, compacted and
+/// fitted to a budget like any LCM context (`runtime/delegation.rs`).
+#[async_trait]
+pub trait ConversationWindow: Send + Sync {
+    /// The turns to send, given every turn so far (the system prompt first, if any). `Err`
+    /// ends the run ([`AgentStop::ContextFailed`]) with the message.
+    async fn view(&self, turns: &[ChatTurn]) -> Result<Vec<ChatTurn>, String>;
+}
+
 /// What bounds one run, and the sampling settings of its requests.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AgentLimits {
@@ -76,6 +86,8 @@ pub enum AgentStop {
     /// The model replied with neither text nor tool calls twice in a row (the first time it is
     /// asked again).
     EmptyAnswer,
+    /// The conversation window could not give a view to send (see [`ConversationWindow`]).
+    ContextFailed(String),
 }
 
 /// How a run went.
@@ -120,7 +132,8 @@ const EMPTY_REPLY_NUDGE: &str =
 ///
 /// `observer` is called with every turn as it is added to the conversation, starting with the
 /// system prompt (as [`ChatTurn::System`]) and the task (as [`ChatTurn::User`]). It must be
-/// `Send` so that the run can be spawned on a multi-threaded runtime.
+/// `Send` so that the run can be spawned on a multi-threaded runtime. `window`, when given,
+/// chooses what each request sends (the whole conversation otherwise).
 pub async fn run_agent(
     provider: &dyn ChatProvider,
     tools: &dyn AgentTools,
@@ -128,6 +141,7 @@ pub async fn run_agent(
     task: String,
     limits: AgentLimits,
     observer: &mut (dyn FnMut(&ChatTurn) + Send),
+    window: Option<&dyn ConversationWindow>,
 ) -> AgentOutcome {
     let specs = tools.specs();
     let mut run = Run {
@@ -155,7 +169,25 @@ pub async fn run_agent(
         if run.usage.total() >= limits.max_total_tokens {
             return run.finish(AgentStop::TokenLimit, None);
         }
-        let response = match within(limits.deadline, provider.chat(&run.request)).await {
+        let windowed;
+        let request = match window {
+            None => &run.request,
+            Some(window) => match within(limits.deadline, window.view(&run.request.turns)).await {
+                None => return run.finish(AgentStop::Deadline, None),
+                Some(Err(error)) => return run.finish(AgentStop::ContextFailed(error), None),
+                Some(Ok(turns)) => {
+                    windowed = ChatRequest {
+                        system: run.request.system.clone(),
+                        turns,
+                        tools: run.request.tools.clone(),
+                        max_tokens: run.request.max_tokens,
+                        temperature: run.request.temperature,
+                    };
+                    &windowed
+                }
+            },
+        };
+        let response = match within(limits.deadline, provider.chat(request)).await {
             None => return run.finish(AgentStop::Deadline, None),
             Some(Err(error)) => {
                 tracing::debug!(step = run.steps + 1, %error, "sub-agent provider call failed");
@@ -379,6 +411,7 @@ mod tests {
             "task".into(),
             AgentLimits::default(),
             &mut observer,
+            None,
         );
         assert_send(&future);
     }

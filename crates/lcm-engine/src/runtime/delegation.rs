@@ -26,6 +26,7 @@ use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
 use super::map_pool::{self, MapPoolMsg};
 use super::shared::{Shared, join_blocking};
+use super::subagent_window::{SessionWindow, StoredTurns};
 use super::supervision::{ActorKind, Heartbeat};
 use crate::agent::{AgentLimits, AgentStop, AgentTools, run_agent, turn_to_message};
 use crate::guard::{DelegationCaller, DelegationRequest, check_delegation};
@@ -391,10 +392,13 @@ async fn run_sub_agent(state: &WorkerArgs) -> Result<DelegateOutcome, ToolError>
     }
     .with_timeout(Duration::from_secs(config.subagent_timeout_s));
 
-    // The sub-agent's turns are stored in its session as they happen, in order.
+    // The sub-agent's turns are stored in its session as they happen, in order; each step's
+    // request is that session's context (the window waits for the turns to be stored).
     let (tx, mut rx) = mpsc::unbounded_channel::<ChatTurn>();
     let writer_shared = Arc::clone(shared);
     let session = state.session;
+    let stored = Arc::new(StoredTurns::default());
+    let storing_progress = Arc::clone(&stored);
     let storing = tokio::spawn(async move {
         while let Some(turn) = rx.recv().await {
             let message = turn_to_message(&turn);
@@ -403,13 +407,24 @@ async fn run_sub_agent(state: &WorkerArgs) -> Result<DelegateOutcome, ToolError>
                 s.store.prepare_append(vec![(session, message)])
             })
             .await;
-            if let Ok(Ok(prepared)) = prepared
-                && let Err(e) = writer_shared.writer.commit(prepared).await
-            {
-                tracing::warn!(%session, error = %e, "a sub-agent turn could not be stored");
-            }
+            let ok = match prepared {
+                Ok(Ok(prepared)) => match writer_shared.writer.commit(prepared).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::warn!(%session, error = %e, "a sub-agent turn could not be stored");
+                        false
+                    }
+                },
+                _ => false,
+            };
+            storing_progress.handled(ok);
         }
     });
+    let window = SessionWindow {
+        shared: Arc::clone(shared),
+        session,
+        stored,
+    };
     let system = match state.request.kind {
         DelegateKind::Task => TASK_SYSTEM,
         DelegateKind::Expansion => EXPANSION_SYSTEM,
@@ -424,6 +439,7 @@ async fn run_sub_agent(state: &WorkerArgs) -> Result<DelegateOutcome, ToolError>
         state.request.prompt.clone(),
         limits,
         &mut observer,
+        Some(&window),
     )
     .await;
     drop(observer);

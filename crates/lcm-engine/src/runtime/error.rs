@@ -47,6 +47,9 @@ pub enum RuntimeError {
     /// The runtime is shutting down and takes no new work.
     #[error("the runtime is shutting down")]
     ShuttingDown,
+    /// The context cannot be made to fit the budget asked for.
+    #[error(transparent)]
+    Budget(#[from] crate::assembly::BudgetError),
     /// Bad input from the host.
     #[error("invalid input: {0}")]
     Invalid(String),

@@ -52,6 +52,7 @@ mod map_pool;
 mod root;
 mod session;
 mod shared;
+mod subagent_window;
 mod supervision;
 mod writer;
 
@@ -78,6 +79,26 @@ pub use integrity::IntegrityOutcome;
 pub use root::SupervisorStats;
 pub use session::SessionStats;
 pub use supervision::ActorKind;
+
+/// `context` (from [`SessionHandle::context`], already within `window` less the safety margin)
+/// fitted again with a system prompt beside it: the system prompt's tokens come out of the same
+/// budget, so what a model receives, system included, stays within it.
+pub fn fit_with_system(
+    runtime: &Runtime,
+    context: AssembledContext,
+    window: u64,
+    system: Option<&str>,
+) -> Result<AssembledContext, RuntimeError> {
+    let Some(system) = system else {
+        return Ok(context);
+    };
+    let counter = runtime.store().counter();
+    let system_tokens =
+        counter.count_text(system) as u64 + u64::from(lcm_core::tokens::MESSAGE_OVERHEAD_TOKENS);
+    let budget =
+        crate::compaction::effective_budget(window, runtime.config().tokenizer.safety_margin);
+    Ok(context.fit(budget, system_tokens, counter)?)
+}
 
 use crate::assembly::AssembledContext;
 use crate::operators::{MapRequest, MapSummary};
@@ -590,7 +611,10 @@ fn open_store(
         }
         StoreLocation::Memory => {
             let counter = TokenCounter::new(config.tokenizer.encoding());
-            let store = Store::open_in_memory(StoreOptions { counter })?;
+            let store = Store::open_in_memory(StoreOptions {
+                counter,
+                files: (&config.files).into(),
+            })?;
             let index = SearchIndex::open_in_ram(&store, &config.search)?;
             Ok((store, index))
         }

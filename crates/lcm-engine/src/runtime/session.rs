@@ -303,12 +303,12 @@ async fn context(
     };
     let t = thresholds(&state.shared, budget);
     if ctx.tokens <= t.soft {
-        let _ = reply.send(Ok(ctx));
+        let _ = reply.send(fitted(&state.shared, ctx, budget));
         return Ok(());
     }
     request_compaction(myself, state, budget, ctx.tokens);
     if ctx.tokens <= t.hard {
-        let _ = reply.send(Ok(ctx));
+        let _ = reply.send(fitted(&state.shared, ctx, budget));
     } else {
         state.waiters.push(Waiter {
             budget,
@@ -317,6 +317,17 @@ async fn context(
         });
     }
     Ok(())
+}
+
+/// The context fitted to the caller's window less the safety margin: whatever compaction did,
+/// what a host gets is within its budget (the budget invariant, `AssembledContext::fit`).
+fn fitted(
+    shared: &Shared,
+    ctx: AssembledContext,
+    budget: u64,
+) -> Result<AssembledContext, RuntimeError> {
+    let budget = effective_budget(budget, shared.config.tokenizer.safety_margin);
+    Ok(ctx.fit(budget, 0, shared.store.counter())?)
 }
 
 /// Asks the compactor for a compaction unless one is in flight.
@@ -411,7 +422,7 @@ async fn compaction_done(
         let t = thresholds(&state.shared, w.budget);
         w.rounds += 1;
         if ctx.tokens <= t.hard || !progressed || w.rounds >= MAX_WAIT_ROUNDS {
-            let _ = w.reply.send(Ok(ctx.clone()));
+            let _ = w.reply.send(fitted(&state.shared, ctx.clone(), w.budget));
         } else {
             still_waiting.push(w);
         }

@@ -45,8 +45,10 @@ impl Tool for LcmDescribe {
             "Describe an lcm id without expanding it. For a summary (sum_N): kind, depth, \
              token count, time range, compression ratio, sources, the summary covering it, its \
              full text and a manifest of its subtree (ids, kinds, depths, tokens, times). For a \
-             message (msg_N): role, time, parts, token count, the summary covering it and its \
-             content (bounded by max_tokens). For a session (ses_N): its totals and current \
+             message (msg_N): role, time, parts, token count, its file records, the summary \
+             covering it and its content (bounded by max_tokens). For a file (file_N): path, \
+             kind, sizes, hash, exploration summary, the messages referencing it and whether \
+             the file on disk is still what was seen. For a session (ses_N): its totals and current \
              context.",
             json!({
                 "type": "object",
@@ -99,16 +101,11 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             args.max_tokens.unwrap_or(DEFAULT_DESCRIBE_MAX_TOKENS),
         ),
         AnyId::Session(id) => describe_session(&reader, id),
-        AnyId::File(id) => Err(ToolError::Unsupported {
-            tool: NAME.into(),
-            message: format!(
-                "{id} cannot be described: large-file records are not stored yet in this build"
-            ),
-        }),
+        AnyId::File(id) => super::file_records::describe_file(&reader, id, NAME),
         AnyId::Job(id) => Err(ToolError::Unsupported {
             tool: NAME.into(),
             message: format!(
-                "{id} is an operator job; lcm_describe describes summaries (sum_N), messages (msg_N) and sessions (ses_N)"
+                "{id} is an operator job; lcm_describe describes summaries (sum_N), messages (msg_N), files (file_N) and sessions (ses_N)"
             ),
         }),
     }
@@ -253,6 +250,15 @@ fn describe_message(
         "region": region_json(&region),
         "content": &content[..cut],
     });
+    if let Some(files) = reader.message_files(id).map_err(store_err(NAME))? {
+        out["files"] = json!(
+            files
+                .refs
+                .iter()
+                .map(|r| json!({"part": r.part, "file": r.file, "shown_as_reference": !r.inline}))
+                .collect::<Vec<_>>()
+        );
+    }
     if cut < content.len() {
         out["truncated"] = json!(format!(
             "content cut at max_tokens={max_tokens} ({cut} of {} bytes shown); a sub-agent can read it all with lcm_expand",

@@ -108,6 +108,7 @@ impl ToolError {
             StoreError::MessageNotFound(id) => not_found(id.to_string(), &error),
             StoreError::SummaryNotFound(id) => not_found(id.to_string(), &error),
             StoreError::SessionNotFound(id) => not_found(id.to_string(), &error),
+            StoreError::FileNotFound(id) => not_found(id.to_string(), &error),
             StoreError::SessionKeyNotFound(key) => not_found(key.clone(), &error),
             StoreError::InvalidQuery(_) | StoreError::InvalidCursor(_) => {
                 ToolError::InvalidRequest {

@@ -28,6 +28,19 @@ fn roots(ctx: &ToolContext, tool: &str) -> Result<Vec<PathBuf>, ToolError> {
     })
 }
 
+/// `path` resolved (`..` and symlinks) if it lies inside the allowed roots.
+pub(crate) fn check_within_roots(
+    ctx: &ToolContext,
+    tool: &str,
+    path: &std::path::Path,
+) -> Result<PathBuf, ToolError> {
+    let roots = roots(ctx, tool)?;
+    resolve_input(path, &roots).map_err(|e| ToolError::NotPermitted {
+        tool: tool.into(),
+        reason: e.to_string(),
+    })
+}
+
 fn path_arg(args: &Value) -> PathBuf {
     PathBuf::from(args.get("path").and_then(Value::as_str).unwrap_or_default())
 }

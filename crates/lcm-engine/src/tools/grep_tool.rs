@@ -724,6 +724,11 @@ fn hit_json(hit: &Hit, regions: &mut RegionFinder<'_>) -> Result<(Value, Region)
             if let Some(c) = covered_by {
                 v["covered_by"] = json!(c);
             }
+            // A hit inside a file's content (a large payload or a file read) says which record.
+            if let Some(files) = regions.message_files(*id)? {
+                let ids: Vec<String> = files.refs.iter().map(|r| r.file.to_string()).collect();
+                v["files"] = json!(ids);
+            }
             v["snippet"] = json!(snippet);
             v["matches"] = json!(matches);
             (v, region)

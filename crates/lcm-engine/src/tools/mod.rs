@@ -11,6 +11,9 @@
 //!   without expanding it.
 //! - [`LcmExpand`] (`lcm_expand`): the content under summaries, down to the verbatim messages,
 //!   in token-capped pages; sub-agents only.
+//! - [`LcmReadFile`] (`lcm_read_file`): a file record's content by line range, as the session
+//!   saw it (or from disk when unchanged); sub-agents only. `lcm_describe file_N` describes
+//!   a record.
 //!
 //! The tools are read-only. Store reads are blocking (redb), so each call runs them on
 //! tokio's blocking pool. Errors are [`ToolError`]s whose text is written for the model.
@@ -19,6 +22,7 @@ mod delegation;
 mod describe;
 mod error;
 mod expand;
+mod file_records;
 mod files;
 mod grep_tool;
 mod map_tools;
@@ -36,6 +40,7 @@ pub use describe::{
 };
 pub use error::ToolError;
 pub use expand::{DEFAULT_EXPAND_TOKEN_CAP, EXPAND_TOKEN_CAP_RANGE, LcmExpand};
+pub use file_records::{DEFAULT_READ_LINES, DiskState, LcmReadFile, disk_state};
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use grep_tool::{DEFAULT_GREP_MAX_TOKENS, GREP_MAX_TOKENS_RANGE, LcmGrep};
 pub use map_tools::{AgenticMapTool, LlmMapTool};
@@ -47,6 +52,7 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(LcmGrep),
         Arc::new(LcmDescribe),
         Arc::new(LcmExpand),
+        Arc::new(LcmReadFile),
         Arc::new(LcmExpandQuery),
         Arc::new(TaskTool),
         Arc::new(TasksTool),

@@ -223,6 +223,14 @@ impl<'r> RegionFinder<'r> {
         }
     }
 
+    /// The file records a message references, if any.
+    pub(crate) fn message_files(
+        &self,
+        id: MessageId,
+    ) -> Result<Option<lcm_core::files::MessageFiles>, StoreError> {
+        self.reader.message_files(id)
+    }
+
     /// The summary directly covering `node`, if any.
     pub(crate) fn covering(&self, node: NodeRef) -> Result<Option<SummaryId>, StoreError> {
         self.reader.covering(node)

@@ -1,0 +1,69 @@
+//! Helpers shared by the engine's integration tests.
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+/// OpenAI: every tool message answers a call of the closest preceding assistant message, and
+/// every call of an assistant message is answered before the next non-tool message.
+pub fn assert_openai_pairing(messages: &[Value]) {
+    let mut open: HashSet<String> = HashSet::new();
+    for m in messages {
+        match m["role"].as_str().unwrap() {
+            "tool" => {
+                let id = m["tool_call_id"].as_str().unwrap();
+                assert!(
+                    open.remove(id),
+                    "tool result {id} answers no open call: {messages:#?}"
+                );
+            }
+            role => {
+                assert!(
+                    open.is_empty(),
+                    "calls {open:?} unanswered before a {role} message"
+                );
+                if let Some(calls) = m["tool_calls"].as_array() {
+                    for c in calls {
+                        open.insert(c["id"].as_str().unwrap().to_owned());
+                    }
+                }
+            }
+        }
+    }
+    assert!(open.is_empty(), "calls {open:?} never answered");
+}
+
+/// Anthropic: roles alternate starting with user; each tool_result answers a tool_use of the
+/// assistant turn just before.
+pub fn assert_anthropic_pairing(body: &Value) {
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.first().map(|m| m["role"].clone()),
+        Some(Value::from("user"))
+    );
+    let mut previous_uses: HashSet<String> = HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 {
+            assert_ne!(m["role"], messages[i - 1]["role"], "roles must alternate");
+        }
+        let blocks = m["content"].as_array().unwrap();
+        let mut uses = HashSet::new();
+        for b in blocks {
+            match b["type"].as_str().unwrap() {
+                "tool_use" => {
+                    uses.insert(b["id"].as_str().unwrap().to_owned());
+                }
+                "tool_result" => {
+                    let id = b["tool_use_id"].as_str().unwrap();
+                    assert!(
+                        previous_uses.contains(id),
+                        "tool_result {id} without tool_use"
+                    );
+                }
+                _ => {}
+            }
+        }
+        previous_uses = uses;
+    }
+}
