@@ -27,8 +27,7 @@ fn counter() -> TokenCounter {
 /// A store holding one session of `n` messages, compacted into a deep DAG by fabricated
 /// summaries (leaves of 100 messages, condensed 4 by 4 up to depth 5), leaving a raw tail of 32.
 fn session_with_dag(dir: &std::path::Path, n: u64) -> (Store, SessionId) {
-    let store =
-        Store::open(dir.join("lcm.redb"), StoreOptions { counter: counter() }).expect("open");
+    let store = Store::open(dir.join("lcm.redb"), StoreOptions::new(counter())).expect("open");
     let session = store.create_session("bench", None).expect("session");
     let words = corpus::Words::new(20_000);
     let mut k = 0;
@@ -92,6 +91,55 @@ fn session_with_dag(dir: &std::path::Path, n: u64) -> (Store, SessionId) {
     (store, session)
 }
 
+/// Appends to `session` a read of a small file and two large tool results (CSV, about 40k tokens
+/// each): the tail then holds file records shown by reference.
+fn append_file_tail(store: &Store, session: SessionId) {
+    use lcm::core::message::{Part, Role};
+    let csv = |seed: usize| {
+        let mut out = String::from("id,name,price,date\n");
+        for i in 0..3_500 {
+            out.push_str(&format!(
+                "{i},item-{seed}-{i},{}.{:02},2026-03-{:02}\n",
+                i % 997,
+                i % 100,
+                1 + i % 28
+            ));
+        }
+        out
+    };
+    let call = |id: &str, path: &str| NewMessage {
+        role: Role::Assistant,
+        parts: vec![Part::ToolCall {
+            id: id.into(),
+            name: "Read".into(),
+            arguments: format!(r#"{{"file_path":"{path}"}}"#),
+        }],
+        ..NewMessage::text(Role::Assistant, "")
+    };
+    let result = |id: &str, content: String| NewMessage {
+        role: Role::Tool,
+        parts: vec![Part::ToolResult {
+            call_id: id.into(),
+            content,
+            is_error: false,
+        }],
+        ..NewMessage::text(Role::Tool, "")
+    };
+    store
+        .append_batch(
+            session,
+            vec![
+                call("f1", "/src/lib.rs"),
+                result("f1", "pub fn answer() -> u32 {\n    42\n}\n".into()),
+                call("f2", "/data/a.csv"),
+                result("f2", csv(1)),
+                call("f3", "/data/b.csv"),
+                result("f3", csv(2)),
+            ],
+        )
+        .expect("append the file tail");
+}
+
 fn assembly(c: &mut Criterion) {
     let quick = std::env::var("LCM_BENCH_QUICK").is_ok_and(|v| v != "0");
     let sizes: &[u64] = if quick {
@@ -131,6 +179,29 @@ fn assembly(c: &mut Criterion) {
         group.bench_function(format!("assemble_and_render_openai/{n}_messages"), |b| {
             b.iter(|| assemble(&store, session).expect("assemble").to_openai(None))
         });
+        // The same session with large payloads in its tail: two tool results of about 40k
+        // tokens each (file records, shown by reference) and a small file read.
+        append_file_tail(&store, session);
+        let ctx = assemble(&store, session).expect("assemble");
+        eprintln!(
+            "with file references: {} items in context ({} tokens)",
+            ctx.items.len(),
+            ctx.tokens
+        );
+        group.bench_function(format!("assemble_with_file_refs/{n}_messages"), |b| {
+            b.iter(|| assemble(&store, session).expect("assemble"))
+        });
+        group.bench_function(
+            format!("assemble_and_fit_32k_with_file_refs/{n}_messages"),
+            |b| {
+                b.iter(|| {
+                    assemble(&store, session)
+                        .expect("assemble")
+                        .fit(32_000, 0, counter())
+                        .expect("fits")
+                })
+            },
+        );
     }
     group.finish();
 }
@@ -178,11 +249,7 @@ fn compaction_overhead(c: &mut Criterion) {
     };
     let tmp = tempfile::tempdir().expect("tmp");
     let store = Arc::new(
-        Store::open(
-            tmp.path().join("lcm.redb"),
-            StoreOptions { counter: counter() },
-        )
-        .expect("open"),
+        Store::open(tmp.path().join("lcm.redb"), StoreOptions::new(counter())).expect("open"),
     );
     let mut round = 0u64;
     let instant = InstantSummarizer;

@@ -267,9 +267,8 @@ pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
         }
         AnyId::File(id) => {
             let reader = data.store.reader()?;
-            let info = reader.file(id)?;
+            let (info, seen) = data.store.file_explored(&reader, id)?;
             let messages = reader.file_messages(id)?;
-            let seen = reader.file_content(&info)?;
             let disk = lcm_engine::tools::disk_state(&info, seen.as_deref());
             if app.json {
                 return print_json(&serde_json::json!({

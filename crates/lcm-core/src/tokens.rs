@@ -135,18 +135,23 @@ impl TokenCounter {
         self.bpe().encode_ordinary(text).len()
     }
 
-    /// Tokens a message with these parts costs in a model's context.
+    /// Tokens a message with these parts costs in a model's context: the per-message overhead
+    /// and each part's [`count_part`](Self::count_part).
     pub fn count_message(&self, _role: Role, parts: &[Part]) -> u32 {
-        let mut total = u64::from(MESSAGE_OVERHEAD_TOKENS);
-        for part in parts {
-            total += match part {
-                Part::Binary { .. } => u64::from(BINARY_PART_TOKENS),
-                other => other
-                    .searchable_text()
-                    .map_or(0, |text| self.count_text(&text) as u64),
-            };
-        }
+        let total = u64::from(MESSAGE_OVERHEAD_TOKENS)
+            + parts.iter().map(|p| self.count_part(p)).sum::<u64>();
         u32::try_from(total).unwrap_or(u32::MAX)
+    }
+
+    /// Tokens one part costs in a message: its searchable text's, or [`BINARY_PART_TOKENS`]
+    /// for a binary payload.
+    pub fn count_part(&self, part: &Part) -> u64 {
+        match part {
+            Part::Binary { .. } => u64::from(BINARY_PART_TOKENS),
+            other => other
+                .searchable_text()
+                .map_or(0, |text| self.count_text(&text) as u64),
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use lcm_core::files::{
 use lcm_core::ids::{FileId, MessageId, SessionId};
 use lcm_core::message::Part;
 use lcm_core::time::Timestamp;
-use lcm_core::tokens::TokenCounter;
+use lcm_core::tokens::{MESSAGE_OVERHEAD_TOKENS, TokenCounter};
 use redb::ReadableTable;
 use sha2::{Digest, Sha256};
 
@@ -70,8 +70,15 @@ pub(crate) struct FileCandidates {
 
 impl FileCandidates {
     /// Looks at a message's parts: tool calls and results, file parts, and (when the message
-    /// as a whole passes the threshold) each part's tokens.
-    pub fn of(parts: &[Part], token_count: u32, rules: FileRules, counter: TokenCounter) -> Self {
+    /// as a whole passes the threshold) each part's tokens, taken from `part_tokens` when the
+    /// caller counted them already.
+    pub fn of(
+        parts: &[Part],
+        token_count: u32,
+        part_tokens: Option<&[u64]>,
+        rules: FileRules,
+        counter: TokenCounter,
+    ) -> Self {
         let mut out = FileCandidates::default();
         let large = token_count > rules.large_file_tokens;
         for (i, part) in parts.iter().enumerate() {
@@ -98,8 +105,11 @@ impl FileCandidates {
                 && let Some(text) = part.searchable_text()
                 && text.len() > rules.large_file_tokens as usize
             {
-                let tokens = counter.count_text(&text);
-                if tokens > rules.large_file_tokens as usize {
+                let tokens = match part_tokens.and_then(|t| t.get(i)) {
+                    Some(counted) => *counted,
+                    None => counter.count_text(&text) as u64,
+                };
+                if tokens > u64::from(rules.large_file_tokens) {
                     out.large
                         .push((index, u32::try_from(tokens).unwrap_or(u32::MAX)));
                 }
@@ -130,6 +140,32 @@ pub(crate) struct FileTables<'t> {
     read_calls: redb::Table<'t, (u64, &'static str), &'static str>,
     rules: FileRules,
     counter: TokenCounter,
+}
+
+/// A part's content being registered.
+struct Content<'a> {
+    part: u32,
+    path: Option<&'a str>,
+    text: &'a str,
+    /// Its tokens, when already counted.
+    tokens: Option<u32>,
+    /// Whether contexts show it by reference (it then needs its exploration summary now).
+    shown_by_reference: bool,
+}
+
+/// The exploration summary of a content, as file records hold it.
+pub fn explored_summary(
+    path: Option<&str>,
+    text: &str,
+    counter: TokenCounter,
+    max_tokens: u32,
+) -> String {
+    let input = lcm_files::ExploreInput {
+        path,
+        mime_type: None,
+        bytes: text.as_bytes(),
+    };
+    lcm_files::explore(&input, &counter, max_tokens as usize).summary
 }
 
 /// One message being appended, as the file tables need it.
@@ -202,16 +238,32 @@ impl<'t> FileTables<'t> {
                 let Some(text) = original.searchable_text() else {
                     continue;
                 };
-                let file =
-                    self.register_content(meta_table, &m, part, path.as_deref(), text.as_bytes())?;
+                // A large part's tokens were counted before the transaction, and a message of
+                // one part is that part and the per-message overhead: not counted again.
+                let counted = candidates
+                    .large
+                    .iter()
+                    .find(|(i, _)| *i == part)
+                    .map(|(_, t)| *t)
+                    .or_else(|| {
+                        (parts.len() == 1)
+                            .then(|| m.token_count.saturating_sub(MESSAGE_OVERHEAD_TOKENS))
+                    });
+                let file = self.register_content(
+                    meta_table,
+                    &m,
+                    Content {
+                        part,
+                        path: path.as_deref(),
+                        text: &text,
+                        tokens: counted,
+                        shown_by_reference: !inline,
+                    },
+                )?;
                 if !inline {
                     // What the context pays for the part, shown as the reference, exactly as
                     // the message's own count is made (per part, `count_message`).
-                    let tokens = candidates
-                        .large
-                        .iter()
-                        .find(|(i, _)| *i == part)
-                        .map_or(0, |(_, t)| *t);
+                    let tokens = counted.unwrap_or(0);
                     let shown = shown_part(original, render_file_reference(&file));
                     let shown_tokens = shown
                         .searchable_text()
@@ -250,48 +302,61 @@ impl<'t> FileTables<'t> {
 
     /// The record of this content: the existing one if the same content was seen before, else
     /// a new one with its exploration summary.
+    /// The record of this content: the existing one if the same content was seen before, else
+    /// a new one. Its exploration summary is computed only when a context shows it by reference
+    /// (now or, for content first seen in a small read, the first time it comes back large):
+    /// a small read stays in the context as it is, and `explored` gives its summary on demand.
     fn register_content(
         &mut self,
         meta_table: &mut redb::Table<'_, &'static str, u64>,
         m: &Appending<'_>,
-        part: u32,
-        path: Option<&str>,
-        bytes: &[u8],
+        content: Content<'_>,
     ) -> Result<FileInfo> {
+        let bytes = content.text.as_bytes();
         let hash = Sha256::digest(bytes);
-        if let Some(existing) = self.existing(hash.as_slice())? {
+        if let Some(mut existing) = self.existing(hash.as_slice())? {
+            if content.shown_by_reference && existing.exploration.is_empty() {
+                existing.exploration = self.explore(existing.path.as_deref(), content.text);
+                self.update(&mut existing)?;
+            }
             return Ok(existing);
         }
         let input = lcm_files::ExploreInput {
-            path,
+            path: content.path,
             mime_type: None,
             bytes,
         };
-        let exploration = lcm_files::explore(
-            &input,
-            &self.counter,
-            self.rules.exploration_max_tokens as usize,
-        );
+        let (kind, mime_type, language) = lcm_files::detect(&input);
+        let exploration = if content.shown_by_reference {
+            self.explore(content.path, content.text)
+        } else {
+            String::new()
+        };
         let id = next_counter(meta_table, meta::NEXT_FILE)?;
         let mut info = FileInfo {
             id: FileId(id),
             session: SessionId(m.session),
-            path: path.map(str::to_owned),
-            kind: exploration.kind.as_str().to_owned(),
-            mime_type: exploration.mime_type,
-            language: exploration.language,
+            path: content.path.map(str::to_owned),
+            kind: kind.as_str().to_owned(),
+            mime_type,
+            language,
             byte_len: bytes.len() as u64,
-            token_count: u32::try_from(self.counter.count_text(&String::from_utf8_lossy(bytes)))
-                .unwrap_or(u32::MAX),
+            token_count: content.tokens.unwrap_or_else(|| {
+                u32::try_from(self.counter.count_text(content.text)).unwrap_or(u32::MAX)
+            }),
             content_hash: hex(hash.as_slice()),
             content_message: Some(MessageId(m.id)),
-            content_part: part,
-            exploration: exploration.summary,
+            content_part: content.part,
+            exploration,
             reference_tokens: 0,
             created_at: m.created_at,
         };
         self.insert_new(hash.as_slice(), &mut info)?;
         Ok(info)
+    }
+
+    fn explore(&self, path: Option<&str>, text: &str) -> String {
+        explored_summary(path, text, self.counter, self.rules.exploration_max_tokens)
     }
 
     /// The record of a path named by a file part (no content: it lives on the filesystem).
@@ -351,12 +416,21 @@ impl<'t> FileTables<'t> {
     }
 
     fn insert_new(&mut self, key: &[u8], info: &mut FileInfo) -> Result<()> {
-        info.reference_tokens =
-            u32::try_from(self.counter.count_text(&render_file_reference(info)))
-                .unwrap_or(u32::MAX);
+        self.update(info)?;
+        self.hashes.insert(key, info.id.0)?;
+        Ok(())
+    }
+
+    /// Writes `info` (new, or with its exploration just computed), with the tokens of its
+    /// reference.
+    fn update(&mut self, info: &mut FileInfo) -> Result<()> {
+        info.reference_tokens = if info.exploration.is_empty() {
+            0
+        } else {
+            u32::try_from(self.counter.count_text(&render_file_reference(info))).unwrap_or(u32::MAX)
+        };
         self.files
             .insert(info.id.0, codec::encode(&*info).as_slice())?;
-        self.hashes.insert(key, info.id.0)?;
         Ok(())
     }
 }
@@ -387,8 +461,33 @@ macro_rules! open_optional {
     };
 }
 
+impl crate::Store {
+    /// A file record with its exploration summary (computed now from the content as seen, for
+    /// a small read whose summary no context has needed yet), and that content.
+    pub fn file_explored(
+        &self,
+        reader: &StoreReader,
+        id: FileId,
+    ) -> Result<(FileInfo, Option<String>)> {
+        let mut info = reader.file(id)?;
+        let content = reader.file_content(&info)?;
+        if info.exploration.is_empty()
+            && let Some(text) = &content
+        {
+            info.exploration = explored_summary(
+                info.path.as_deref(),
+                text,
+                self.counter(),
+                self.file_rules().exploration_max_tokens,
+            );
+        }
+        Ok((info, content))
+    }
+}
+
 impl StoreReader {
-    /// A file record.
+    /// A file record as stored (a small read's has no exploration summary yet: see
+    /// [`crate::Store::file_explored`]).
     pub fn file(&self, id: FileId) -> Result<FileInfo> {
         let Some(files) = open_optional!(self.txn, tables::FILES) else {
             return Err(StoreError::FileNotFound(id));

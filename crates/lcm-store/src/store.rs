@@ -1004,8 +1004,22 @@ pub(crate) fn next_counter(meta_table: &mut redb::Table<&str, u64>, key: &str) -
 /// Counts the tokens of `m` and encodes its record (all but session and sequence number): the
 /// half of an append that needs no transaction.
 fn prepare_message(counting: Counting, session: SessionId, m: NewMessage) -> Prepared {
+    // A part that may pass the large-file threshold is counted on its own, once: the parts'
+    // counts add up to the message's, and registering its file record needs them.
+    let threshold = counting.files.large_file_tokens as usize;
+    if m.parts.iter().any(|p| encoded_len_hint(p) > threshold) {
+        let parts: Vec<u64> = m
+            .parts
+            .iter()
+            .map(|p| counting.counter.count_part(p))
+            .collect();
+        let total =
+            u64::from(lcm_core::tokens::MESSAGE_OVERHEAD_TOKENS) + parts.iter().sum::<u64>();
+        let token_count = u32::try_from(total).unwrap_or(u32::MAX);
+        return encode_message(counting, session, m, token_count, Some(&parts));
+    }
     let token_count = counting.counter.count_message(m.role, &m.parts);
-    encode_message(counting, session, m, token_count)
+    encode_message(counting, session, m, token_count, None)
 }
 
 /// What preparing a message needs: the token counter and the store's file rules.
@@ -1021,8 +1035,15 @@ fn encode_message(
     session: SessionId,
     m: NewMessage,
     token_count: u32,
+    part_tokens: Option<&[u64]>,
 ) -> Prepared {
-    let files = FileCandidates::of(&m.parts, token_count, counting.files, counting.counter);
+    let files = FileCandidates::of(
+        &m.parts,
+        token_count,
+        part_tokens,
+        counting.files,
+        counting.counter,
+    );
     let (source, original) = match m.original {
         Some(Original { format, bytes }) => (format, Some(bytes)),
         None => (SourceFormat::Lcm, None),
@@ -1076,7 +1097,9 @@ fn encode_counted(counting: Counting, (chunk, counts): Counted) -> impl Iterator
     chunk
         .into_iter()
         .zip(counts)
-        .map(move |((session, m), token_count)| encode_message(counting, session, m, token_count))
+        .map(move |((session, m), token_count)| {
+            encode_message(counting, session, m, token_count, None)
+        })
 }
 
 /// A large append's messages in chunks of [`PIPELINE_CHUNK`], their tokens counted on the helper

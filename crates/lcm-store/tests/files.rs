@@ -89,6 +89,11 @@ fn a_large_tool_result_becomes_a_file_record_and_the_message_stays_verbatim() {
     let reader = store.reader().unwrap();
     let stored = reader.message(id).unwrap();
     assert!(stored.token_count > LARGE, "the payload is large");
+    // Counted part by part for its file record, the message's count is the usual one.
+    assert_eq!(
+        stored.token_count,
+        counter().count_message(Role::Tool, &stored.parts)
+    );
     assert_eq!(stored.parts, vec![result("c1", &payload)], "parts verbatim");
     assert_eq!(store.original(id).unwrap().bytes, original.as_bytes());
 
@@ -240,7 +245,16 @@ fn small_file_reads_get_inline_records_and_other_tools_get_none() {
     assert_eq!(info.path.as_deref(), Some("/src/lib.rs"));
     assert_eq!(info.kind, "code");
     assert_eq!(info.language.as_deref(), Some("rust"));
-    assert!(info.exploration.contains("answer"), "{}", info.exploration);
+    assert_eq!(info.token_count as usize, counter().count_text(code));
+    // A small read's summary is computed when asked for (no context shows it by reference).
+    assert!(info.exploration.is_empty());
+    let (explored, seen) = store.file_explored(&reader, info.id).unwrap();
+    assert!(
+        explored.exploration.contains("answer"),
+        "{}",
+        explored.exploration
+    );
+    assert_eq!(seen.as_deref(), Some(code));
     assert!(reader.message_files(failed).unwrap().is_none());
 }
 

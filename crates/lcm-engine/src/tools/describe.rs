@@ -101,7 +101,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             args.max_tokens.unwrap_or(DEFAULT_DESCRIBE_MAX_TOKENS),
         ),
         AnyId::Session(id) => describe_session(&reader, id),
-        AnyId::File(id) => super::file_records::describe_file(&reader, id, NAME),
+        AnyId::File(id) => super::file_records::describe_file(&ctx.store, &reader, id, NAME),
         AnyId::Job(id) => Err(ToolError::Unsupported {
             tool: NAME.into(),
             message: format!(

@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use lcm_core::files::FileInfo;
 use lcm_core::ids::FileId;
 use lcm_core::summary::NodeRef;
-use lcm_store::StoreReader;
 use lcm_store::files::content_hash;
+use lcm_store::{Store, StoreReader};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -107,11 +107,12 @@ pub fn disk_state(info: &FileInfo, seen: Option<&str>) -> DiskState {
 
 /// `lcm_describe file_N`: the record, the messages that reference it and where they stand.
 pub(crate) fn describe_file(
+    store: &Store,
     reader: &StoreReader,
     id: FileId,
     tool: &'static str,
 ) -> Result<Value, ToolError> {
-    let info = reader.file(id).map_err(store_err(tool))?;
+    let (info, seen) = store.file_explored(reader, id).map_err(store_err(tool))?;
     let messages = reader.file_messages(id).map_err(store_err(tool))?;
     let regions = RegionFinder::new(reader);
     let mut listed = Vec::new();
@@ -121,7 +122,6 @@ pub(crate) fn describe_file(
             .map_err(store_err(tool))?;
         listed.push(json!({"id": m, "covered_by": covered_by}));
     }
-    let seen = reader.file_content(&info).map_err(store_err(tool))?;
     let disk = disk_state(&info, seen.as_deref());
     let mut out = json!({
         "id": info.id,
