@@ -22,6 +22,7 @@ use lcm_llm::summarize::LlmSummarizer;
 use lcm_llm::testing::{ScriptedReply, ScriptedServer};
 use lcm_store::{Store, StoreOptions};
 
+mod common;
 fn counter() -> TokenCounter {
     TokenCounter::new(Encoding::O200kBase)
 }
@@ -78,21 +79,10 @@ async fn below_the_soft_threshold_nothing_is_summarised() {
 
 #[tokio::test]
 async fn real_sessions_turn_by_turn_stay_under_a_32k_budget_and_lose_nothing() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/transcripts/claude-code");
-    if !dir.is_dir() {
-        eprintln!("SKIPPED: {} is absent", dir.display());
+    let Some(data) = common::shared_data() else {
         return;
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "jsonl")
-                && p.file_stem().is_some_and(|s| s.len() == 36)
-        })
-        .collect();
-    files.sort();
+    };
+    let files = common::real_sessions(&data);
     assert_eq!(files.len(), 4);
     let budget = 32_000u64;
     let config = CompactionConfig::default();

@@ -5,7 +5,6 @@
 //! summaries lists the session's files. Skips with a message when the data is absent.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use lcm_core::config::Config;
@@ -19,32 +18,12 @@ use lcm_engine::{ContextItem, assemble, compact, effective_budget};
 use lcm_llm::ExtractiveSummarizer;
 use serde_json::{Value, json};
 
-fn shared_data() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent (it holds the real transcripts); this test needs it",
-            dir.display()
-        );
-        None
-    }
-}
+mod common;
+use common::{real_sessions, shared_data};
 
 /// The long real sessions, as the messages a host would append, in order.
 fn sessions(data: &std::path::Path) -> Vec<(String, Vec<NewMessage>)> {
-    let dir = data.join("transcripts/claude-code");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "jsonl")
-                && p.file_stem().is_some_and(|s| s.len() == 36)
-        })
-        .collect();
-    files.sort();
-    files
+    real_sessions(data)
         .into_iter()
         .map(|path| {
             let text = std::fs::read_to_string(&path).unwrap();

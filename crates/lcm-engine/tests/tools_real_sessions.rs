@@ -5,7 +5,6 @@
 //! `lcm_expand` (as a sub-agent) from that summary returns text containing the string verbatim.
 //! Skips with a message when the data is absent.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,43 +20,14 @@ use lcm_store::import::{ImportOptions, import_file};
 use lcm_store::{SearchIndex, Store, StoreOptions};
 use serde_json::{Value, json};
 
+mod common;
+use common::{real_sessions, shared_data};
+
 /// Strings sampled per session.
 const SAMPLES_PER_SESSION: usize = 200;
 /// The window the sessions are compacted for: small, so that nearly every message ends up under
 /// a summary, several levels deep (condensed fanout 2).
 const BUDGET: u64 = 8_000;
-
-/// `../shared/data` beside the repository, if present.
-fn shared_data() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent (it holds the real transcripts); this test needs it",
-            dir.display()
-        );
-        None
-    }
-}
-
-/// The four long real Claude Code sessions.
-fn real_sessions(data: &Path) -> Vec<PathBuf> {
-    let dir = data.join("transcripts/claude-code");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.extension().is_some_and(|e| e == "jsonl")
-                        && p.file_stem().is_some_and(|s| s.len() == 36)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-}
 
 /// A tiny deterministic generator.
 struct SplitMix(u64);

@@ -182,13 +182,7 @@ pub fn import_file(
     if options.strict {
         // A first pass that writes nothing: any bad line aborts here.
         for_each_line(path, max_line, |line_no, line| {
-            let Line::Text(bytes) = line else {
-                return Err(ImportError::LineTooLong {
-                    path: path.to_path_buf(),
-                    line: line_no,
-                    max: max_line,
-                });
-            };
+            let bytes = line.text(path, line_no, max_line)?;
             let ctx = LineContext {
                 line: line_no,
                 default_session_key: &default_key,
@@ -252,13 +246,7 @@ fn sniff(
 ) -> Result<(Format, bool), ImportError> {
     let mut first: Option<Vec<u8>> = None;
     for_each_line(path, max_line, |line_no, line| {
-        let Line::Text(bytes) = line else {
-            return Err(ImportError::LineTooLong {
-                path: path.to_path_buf(),
-                line: line_no,
-                max: max_line,
-            });
-        };
+        let bytes = line.text(path, line_no, max_line)?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
@@ -295,6 +283,20 @@ enum Line<'a> {
     Text(&'a [u8]),
     /// A line longer than the limit: not read into memory.
     TooLong,
+}
+
+impl<'a> Line<'a> {
+    /// The line's bytes, or the error of a line over the limit (where a bad line is fatal).
+    fn text(self, path: &Path, line: u64, max: usize) -> Result<&'a [u8], ImportError> {
+        match self {
+            Line::Text(bytes) => Ok(bytes),
+            Line::TooLong => Err(ImportError::LineTooLong {
+                path: path.to_path_buf(),
+                line,
+                max,
+            }),
+        }
+    }
 }
 
 /// Calls `visit` with (1-based line number, line) for each non-blank line. A line longer than

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -66,4 +67,36 @@ pub fn assert_anthropic_pairing(body: &Value) {
         }
         previous_uses = uses;
     }
+}
+
+/// `../shared/data` beside the repository, if present.
+pub fn shared_data() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is absent (it holds the real transcripts); this test needs it",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// The four long real Claude Code sessions.
+pub fn real_sessions(data: &Path) -> Vec<PathBuf> {
+    let dir = data.join("transcripts/claude-code");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.extension().is_some_and(|e| e == "jsonl")
+                        && p.file_stem().is_some_and(|s| s.len() == 36)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
 }
