@@ -116,6 +116,8 @@ pub struct Counts {
     pub cover_edges: u64,
     /// Context states.
     pub contexts: u64,
+    /// File records.
+    pub files: u64,
     /// Documents in the search index, when an index was checked.
     pub index_documents: Option<u64>,
 }
@@ -209,6 +211,11 @@ pub enum ViolationKind {
     /// The index does not hold exactly one document per message below its watermark. Repair:
     /// [`Repair::Reindex`].
     IndexDocCount,
+    /// The file tables disagree with each other or with the messages: a reference to a file
+    /// record that does not exist, a record whose content message does not exist, a message
+    /// reference without its reverse entry (or the other way), a hash pointing nowhere. No
+    /// repair (the records are written with their messages; restore from a backup).
+    FileRecords,
 }
 
 impl ViolationKind {
@@ -242,6 +249,7 @@ impl ViolationKind {
             ViolationKind::WatermarkMismatch => "watermark_mismatch",
             ViolationKind::WatermarkBeyondEnd => "watermark_beyond_end",
             ViolationKind::IndexDocCount => "index_doc_count",
+            ViolationKind::FileRecords => "file_records",
         }
     }
 }
@@ -262,6 +270,8 @@ pub enum Counter {
     NextSession,
     /// `next_summary` (summary ids).
     NextSummary,
+    /// `next_file` (file record ids).
+    NextFile,
 }
 
 impl Counter {
@@ -271,6 +281,7 @@ impl Counter {
             Counter::NextMessage => meta::NEXT_MESSAGE,
             Counter::NextSession => meta::NEXT_SESSION,
             Counter::NextSummary => meta::NEXT_SUMMARY,
+            Counter::NextFile => meta::NEXT_FILE,
         }
     }
 }
@@ -656,6 +667,7 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
         source_edges: t.summary_sources.len()?,
         cover_edges: t.covered_by.len()?,
         contexts: t.context.len()?,
+        files: 0,
         index_documents: None,
     };
 
@@ -698,6 +710,7 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
     reconcile(&t, &mut f, &counts, next_message, dense)?;
 
     let mut counts = counts;
+    counts.files = check_files(&txn, &t, &mut f)?;
     let stored_watermark = meta_value(&t.meta, meta::INDEX_WATERMARK)?;
     drop(t);
     drop(txn);
@@ -732,6 +745,111 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
         "integrity check done"
     );
     Ok(report)
+}
+
+/// The file tables against each other and the messages (see [`ViolationKind::FileRecords`]);
+/// the number of file records. A store of schema 3 has no file tables: nothing to check.
+fn check_files(txn: &redb::ReadTransaction, t: &Tables, f: &mut Findings) -> Result<u64> {
+    use lcm_core::files::{FileInfo, MessageFiles};
+    let files = match txn.open_table(tables::FILES) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let hashes = txn.open_table(tables::FILE_HASHES)?;
+    let message_files = txn.open_table(tables::MESSAGE_FILES)?;
+    let file_messages = txn.open_table(tables::FILE_MESSAGES)?;
+    let bad = |f: &mut Findings, subject: String, detail: String| {
+        f.push(ViolationKind::FileRecords, subject, detail, None);
+    };
+    check_counter(f, &t.meta, last_key(&files)?, Counter::NextFile, "file")?;
+    for entry in files.iter()? {
+        let (id, bytes) = entry?;
+        let id = id.value();
+        let Some(info): Option<FileInfo> =
+            f.decode(codec::decode("files", bytes.value()), format!("file_{id}"))?
+        else {
+            continue;
+        };
+        if info.id.0 != id {
+            bad(
+                f,
+                format!("file_{id}"),
+                format!("its record says it is {}", info.id),
+            );
+        }
+        if let Some(message) = info.content_message
+            && message_rows::get(&t.messages, message.0)?.is_none()
+        {
+            bad(
+                f,
+                format!("file_{id}"),
+                format!("its content is said to be in {message}, which does not exist"),
+            );
+        }
+    }
+    for entry in hashes.iter()? {
+        let (_, id) = entry?;
+        let id = id.value();
+        if files.get(id)?.is_none() {
+            bad(
+                f,
+                format!("file_{id}"),
+                "a content hash points at this missing record".into(),
+            );
+        }
+    }
+    for entry in message_files.iter()? {
+        let (message, bytes) = entry?;
+        let message = message.value();
+        let Some(refs): Option<MessageFiles> = f.decode(
+            codec::decode("message_files", bytes.value()),
+            format!("msg_{message}"),
+        )?
+        else {
+            continue;
+        };
+        if message_rows::get(&t.messages, message)?.is_none() {
+            bad(
+                f,
+                format!("msg_{message}"),
+                "has file references but no message record".into(),
+            );
+        }
+        for r in &refs.refs {
+            if files.get(r.file.0)?.is_none() {
+                bad(
+                    f,
+                    format!("msg_{message}"),
+                    format!("references missing {}", r.file),
+                );
+            }
+            if file_messages.get((r.file.0, message))?.is_none() {
+                bad(
+                    f,
+                    format!("msg_{message}"),
+                    format!("references {} without the reverse entry", r.file),
+                );
+            }
+        }
+    }
+    for entry in file_messages.iter()? {
+        let (key, _) = entry?;
+        let (file, message) = key.value();
+        let listed = match message_files.get(message)? {
+            Some(bytes) => codec::decode::<MessageFiles>("message_files", bytes.value())
+                .is_ok_and(|refs| refs.refs.iter().any(|r| r.file.0 == file)),
+            None => false,
+        };
+        if !listed {
+            bad(
+                f,
+                format!("file_{file}"),
+                format!("lists msg_{message} as referencing it, which it does not"),
+            );
+        }
+    }
+    Ok(files.len()?)
 }
 
 fn meta_value(table: &ReadOnlyTable<&'static str, u64>, key: &str) -> Result<u64> {
@@ -2184,6 +2302,7 @@ fn raise_counter(store: &Store, counter: Counter) -> Step {
             Counter::NextMessage => message_rows::last_id(&txn.open_table(tables::MESSAGES)?)?,
             Counter::NextSession => last_written_key(&txn, tables::SESSIONS)?,
             Counter::NextSummary => last_written_key(&txn, tables::SUMMARIES)?,
+            Counter::NextFile => last_written_key(&txn, tables::FILES)?,
         };
         let mut meta_table = txn.open_table(tables::META)?;
         let current = meta_table.get(counter.meta_key())?.map_or(0, |v| v.value());

@@ -1405,3 +1405,98 @@ fn redb_watermark_disagreeing_with_the_index_is_set_from_it() {
     assert!(check(&store, Some(&index)).unwrap().is_clean());
     assert_eq!(store.index_watermark().unwrap(), MessageId(19));
 }
+
+// ------------------------------------------------------------------------------ file records
+
+/// A store with one file read (`file_0`, referenced by the result message) and its check.
+fn files_fixture() -> (tempfile::TempDir, PathBuf, MessageId) {
+    use lcm_core::message::Part;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lcm.redb");
+    let store = open(&path);
+    let s = store.create_session("reads", None).unwrap();
+    let call = NewMessage {
+        parts: vec![Part::ToolCall {
+            id: "r1".into(),
+            name: "Read".into(),
+            arguments: r#"{"file_path":"/src/lib.rs"}"#.into(),
+        }],
+        ..NewMessage::text(Role::Assistant, "")
+    };
+    let result = NewMessage {
+        parts: vec![Part::ToolResult {
+            call_id: "r1".into(),
+            content: "pub fn answer() -> u32 {\n    42\n}\n".into(),
+            is_error: false,
+        }],
+        ..NewMessage::text(Role::Tool, "")
+    };
+    store.append(s, call).unwrap();
+    let id = store.append(s, result).unwrap().id;
+    let report = check(&store, None).unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    assert_eq!(report.checked.files, 1);
+    (dir, path, id)
+}
+
+fn found(path: &Path) -> Vec<(ViolationKind, String, bool)> {
+    let store = open(path);
+    let mut found: Vec<_> = check(&store, None)
+        .unwrap()
+        .violations
+        .iter()
+        .map(|v| (v.kind, v.subject.clone(), v.repair.is_some()))
+        .collect();
+    found.sort_by_key(|(k, s, _)| (k.as_str(), s.clone()));
+    found
+}
+
+#[test]
+fn file_table_damage_is_reported() {
+    // A missing record: the message's reference and the content hash point nowhere.
+    let (_dir, path, id) = files_fixture();
+    raw_write(&path, |txn| {
+        txn.open_table(tables::FILES).unwrap().remove(0).unwrap();
+    });
+    assert_eq!(
+        found(&path),
+        vec![
+            v(ViolationKind::FileRecords, "file_0", false),
+            v(ViolationKind::FileRecords, id, false),
+        ]
+    );
+
+    // A reference without its reverse entry, and a reverse entry without its reference.
+    let (_dir, path, id) = files_fixture();
+    raw_write(&path, |txn| {
+        let mut reverse = txn.open_table(tables::FILE_MESSAGES).unwrap();
+        reverse.remove((0, id.0)).unwrap();
+        reverse.insert((0, id.0 - 1), ()).unwrap();
+    });
+    assert_eq!(
+        found(&path),
+        vec![
+            v(ViolationKind::FileRecords, "file_0", false),
+            v(ViolationKind::FileRecords, id, false),
+        ]
+    );
+
+    // A counter behind the records: reported and repaired, nothing else changes.
+    let (_dir, path, _) = files_fixture();
+    raw_write(&path, |txn| {
+        txn.open_table(tables::META)
+            .unwrap()
+            .insert(meta::NEXT_FILE, 0)
+            .unwrap();
+    });
+    assert_eq!(
+        found(&path),
+        vec![v(ViolationKind::CounterBehind, "meta.next_file", true)]
+    );
+    let store = open(&path);
+    let report = check(&store, None).unwrap();
+    let repaired = repair(&store, None, &report).unwrap();
+    assert_eq!(repaired.applied.len(), 1, "{repaired:#?}");
+    assert!(check(&store, None).unwrap().is_clean());
+    let _ = Counter::NextFile;
+}
