@@ -550,3 +550,98 @@ impl StoreReader {
         Ok(part.searchable_text().map(|t| t.into_owned()))
     }
 }
+
+/// What [`backfill`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Backfilled {
+    /// Messages that got file references.
+    pub messages: u64,
+    /// Summaries whose file ids were filled in.
+    pub summaries: u64,
+}
+
+/// Registers the file records of every stored message, in id order, as the appends of this
+/// build would have, and fills in the file ids of the summaries above them (a leaf's from its
+/// messages, a condensed summary's from its children, which always have smaller ids): what a
+/// store written before schema 4 lacks. Runs in the writable open that upgrades it, inside its
+/// transaction.
+pub(crate) fn backfill(
+    txn: &redb::WriteTransaction,
+    meta_table: &mut redb::Table<'_, &'static str, u64>,
+    rules: FileRules,
+    counter: TokenCounter,
+) -> Result<Backfilled> {
+    use std::collections::HashMap;
+    use std::ops::ControlFlow;
+
+    use crate::dag::SummaryRecord;
+    use crate::store::MessageRecord;
+
+    let mut done = Backfilled::default();
+    {
+        let messages = txn.open_table(tables::MESSAGES)?;
+        let mut files = FileTables::open(txn, rules, counter)?;
+        let _: ControlFlow<()> =
+            crate::message_rows::for_each(&messages, 0..u64::MAX, |id, bytes| {
+                let record: MessageRecord = codec::decode("messages", bytes)?;
+                let candidates =
+                    FileCandidates::of(&record.parts, record.token_count, None, rules, counter);
+                if candidates.is_empty() {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                let parts = || -> Result<Vec<Part>> { Ok(record.parts.clone()) };
+                let appending = Appending {
+                    id,
+                    session: record.session,
+                    token_count: record.token_count,
+                    created_at: record.created_at,
+                    parts: &parts,
+                };
+                files.add(meta_table, appending, &candidates)?;
+                done.messages += 1;
+                Ok(ControlFlow::Continue(()))
+            })?;
+    }
+    let message_files = txn.open_table(tables::MESSAGE_FILES)?;
+    let sources = txn.open_table(tables::SUMMARY_SOURCES)?;
+    let mut summaries = txn.open_table(tables::SUMMARIES)?;
+    let mut file_ids: HashMap<u64, Vec<FileId>> = HashMap::new();
+    let ids: Vec<u64> = summaries
+        .iter()?
+        .map(|entry| entry.map(|(k, _)| k.value()))
+        .collect::<std::result::Result<_, _>>()?;
+    for id in ids {
+        let mut union: Vec<FileId> = Vec::new();
+        for row in sources.range((id, 0)..=(id, u32::MAX))? {
+            let (kind, n) = row?.1.value();
+            let more: Vec<FileId> = if kind == tables::NODE_MESSAGE {
+                match message_files.get(n)? {
+                    Some(bytes) => codec::decode::<MessageFiles>("message_files", bytes.value())?
+                        .refs
+                        .iter()
+                        .map(|r| r.file)
+                        .collect(),
+                    None => Vec::new(),
+                }
+            } else {
+                file_ids.get(&n).cloned().unwrap_or_default()
+            };
+            for f in more {
+                if !union.contains(&f) {
+                    union.push(f);
+                }
+            }
+        }
+        let Some(bytes) = summaries.get(id)?.map(|b| b.value().to_vec()) else {
+            continue;
+        };
+        let mut record: SummaryRecord = codec::decode("summaries", &bytes)?;
+        if record.file_ids != union && !union.is_empty() {
+            record.file_ids = union.clone();
+            summaries.insert(id, codec::encode(&record).as_slice())?;
+            done.summaries += 1;
+        }
+        file_ids.insert(id, union);
+    }
+    Ok(done)
+}

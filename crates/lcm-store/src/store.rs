@@ -358,6 +358,19 @@ impl Store {
             txn.open_table(tables::MESSAGE_FILES)?;
             txn.open_table(tables::FILE_MESSAGES)?;
             txn.open_table(tables::READ_CALLS)?;
+            // A store written before schema 4 gets the file records its messages would have.
+            if let Layout::Older(found) = layout
+                && found < 4
+            {
+                let done =
+                    crate::files::backfill(&txn, &mut meta_table, options.files, options.counter)?;
+                tracing::info!(
+                    from = found,
+                    messages = done.messages,
+                    summaries = done.summaries,
+                    "registered the file records of a store written before schema 4"
+                );
+            }
         }
         txn.commit()?;
         Ok(Store {

@@ -375,3 +375,153 @@ fn file_records_survive_a_reopen_and_a_rejected_batch_registers_nothing() {
     let info = reader.file(FileId(0)).unwrap();
     assert_eq!(info.byte_len, payload.len() as u64);
 }
+
+/// Mirror of the store's summary record (same fields, same order: the same bytes), to write a
+/// summary as a build before file records would have.
+#[derive(Debug, Clone, PartialEq, bincode::Encode, bincode::Decode)]
+struct SummaryRec {
+    session: u64,
+    kind: SummaryKind,
+    depth: u32,
+    content: String,
+    token_count: u32,
+    earliest_at: Timestamp,
+    latest_at: Timestamp,
+    descendant_messages: u64,
+    descendant_tokens: u64,
+    first_seq: u64,
+    last_seq: u64,
+    file_ids: Vec<FileId>,
+    level: u8,
+    model: String,
+    created_at: Timestamp,
+}
+
+/// A store written before schema 4 (no file tables, summaries without file ids) reads as it is,
+/// with no records; its first writable open registers the records its messages would have had
+/// and fills in the summaries' file ids, in the same transaction.
+#[test]
+fn a_store_written_before_file_records_gets_them_at_its_first_writable_open() {
+    use lcm_store::tables;
+    use redb::{ReadableDatabase, ReadableTable};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lcm.redb");
+    let options = StoreOptions {
+        counter: counter(),
+        files: FileRules {
+            large_file_tokens: LARGE,
+            exploration_max_tokens: 300,
+        },
+    };
+    let (ids, expected, leaf) = {
+        let store = Store::open(&path, options).unwrap();
+        let s = store.create_session("old", None).unwrap();
+        let ids = vec![
+            store
+                .append(
+                    s,
+                    msg(Role::Assistant, vec![read_call("r1", "/src/lib.rs")]),
+                )
+                .unwrap()
+                .id,
+            store
+                .append(s, msg(Role::Tool, vec![result("r1", "fn main() {}\n")]))
+                .unwrap()
+                .id,
+            store
+                .append(s, msg(Role::User, vec![Part::Text { text: csv(1_000) }]))
+                .unwrap()
+                .id,
+        ];
+        let reader = store.reader().unwrap();
+        let expected: Vec<_> = ids
+            .iter()
+            .map(|id| reader.message_files(*id).unwrap())
+            .collect();
+        let leaf = match store
+            .apply_summary(
+                NewSummary {
+                    session: s,
+                    kind: SummaryKind::Leaf,
+                    depth: 0,
+                    content: "read and pasted".into(),
+                    token_count: 10,
+                    sources: ids.iter().map(|m| NodeRef::Message(*m)).collect(),
+                    level: 3,
+                    model: "test".into(),
+                },
+                Vec::new(),
+            )
+            .unwrap()
+        {
+            ApplyOutcome::Applied { summary, .. } => summary,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(leaf.file_ids, vec![FileId(0), FileId(1)]);
+        (ids, expected, leaf)
+    };
+    // Make it a schema-3 store: no file tables, no file counter, a summary without file ids.
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.delete_table(tables::FILES).unwrap();
+        txn.delete_table(tables::FILE_HASHES).unwrap();
+        txn.delete_table(tables::MESSAGE_FILES).unwrap();
+        txn.delete_table(tables::FILE_MESSAGES).unwrap();
+        txn.delete_table(tables::READ_CALLS).unwrap();
+        {
+            let mut meta = txn.open_table(tables::META).unwrap();
+            meta.remove(tables::meta::NEXT_FILE).unwrap();
+            meta.insert(tables::meta::SCHEMA_VERSION, 3).unwrap();
+            let mut summaries = txn.open_table(tables::SUMMARIES).unwrap();
+            let bytes = summaries.get(leaf.id.0).unwrap().unwrap().value().to_vec();
+            let mut record: SummaryRec = lcm_store::codec::decode("summaries", &bytes).unwrap();
+            record.file_ids.clear();
+            summaries
+                .insert(leaf.id.0, lcm_store::codec::encode(&record).as_slice())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+        let read = db.begin_read().unwrap();
+        assert!(
+            read.open_table(tables::FILES).is_err(),
+            "no file table any more"
+        );
+    }
+    {
+        let store = Store::open_read_only(&path, options).unwrap();
+        let reader = store.reader().unwrap();
+        assert_eq!(reader.file_count().unwrap(), 0);
+        assert!(reader.message_files(ids[1]).unwrap().is_none());
+        assert!(store.summary(leaf.id).unwrap().file_ids.is_empty());
+    }
+    let store = Store::open(&path, options).unwrap();
+    let reader = store.reader().unwrap();
+    assert_eq!(reader.file_count().unwrap(), 2);
+    let backfilled: Vec<_> = ids
+        .iter()
+        .map(|id| reader.message_files(*id).unwrap())
+        .collect();
+    assert_eq!(backfilled, expected, "the same references as appends made");
+    assert_eq!(
+        reader.file(FileId(0)).unwrap().path.as_deref(),
+        Some("/src/lib.rs")
+    );
+    assert_eq!(
+        store.summary(leaf.id).unwrap().file_ids,
+        vec![FileId(0), FileId(1)]
+    );
+    // New appends go on numbering file records after the backfilled ones.
+    let s = store.session(leaf.session).unwrap().id;
+    let next = store
+        .append(s, msg(Role::User, vec![Part::Text { text: csv(1_100) }]))
+        .unwrap()
+        .id;
+    let refs = store
+        .reader()
+        .unwrap()
+        .message_files(next)
+        .unwrap()
+        .unwrap();
+    assert_eq!(refs.refs[0].file, FileId(2));
+}
