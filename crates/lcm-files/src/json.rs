@@ -444,6 +444,7 @@ fn samples_text(node: &Node) -> Option<String> {
 
 /// The object keys under `node` (and under the items of array chains), as indented lines.
 pub(crate) fn render_children(node: &Node, indent: usize, s: &mut Summary, lines: &mut usize) {
+    let noted = &mut false;
     let mut stack: Vec<(&Node, usize, usize)> = vec![(node, indent, 0)];
     // Depth-first, keys in first-seen order, with an explicit stack (no recursion).
     while let Some((parent, ind, next)) = stack.pop() {
@@ -462,10 +463,15 @@ pub(crate) fn render_children(node: &Node, indent: usize, s: &mut Summary, lines
             continue;
         }
         stack.push((parent, ind, next + 1));
-        if *lines >= MAX_LINES {
-            if *lines == MAX_LINES {
-                s.push(MINOR, format!("{}… more keys not shown", "  ".repeat(ind)));
-                *lines += 1;
+        // Past the line budget only the outermost keys are still listed (a document's last
+        // top-level keys matter more than the nested detail of its first ones).
+        if *lines >= MAX_LINES && ind > indent {
+            if !*noted {
+                s.push(
+                    MINOR,
+                    format!("{}… more nested keys not shown", "  ".repeat(ind)),
+                );
+                *noted = true;
             }
             continue;
         }

@@ -1132,3 +1132,28 @@ fn real_rust_and_python_sources_give_their_top_level_definitions() {
         );
     }
 }
+
+/// A real JSON document nobody wrote for this test: the LoCoMo development set of
+/// `../shared/data` (5 conversations, each with `qa`, `conversation`, ... keys). Its summary
+/// gives the top-level array of 5 objects and their key structure. Skips without the data.
+#[test]
+fn real_json_document_gives_its_key_structure() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/locomo-dev/locomo-dev.json");
+    let Ok(bytes) = std::fs::read(&path) else {
+        eprintln!("SKIPPED: {} is absent", path.display());
+        return;
+    };
+    let e = run(path.to_str(), &bytes, 1_500);
+    assert_eq!(e.kind, FileKind::Json, "{}", e.summary);
+    for key in [
+        "qa",
+        "conversation",
+        "session_summary",
+        "question",
+        "evidence",
+    ] {
+        assert!(e.summary.contains(key), "{key} missing in\n{}", e.summary);
+    }
+    assert!(e.summary.contains('5'), "the array's length: {}", e.summary);
+}
