@@ -835,6 +835,14 @@ fn a_twelve_thousand_row_csv_read_fits_a_32k_context_by_reference() {
     assert!(human.status.success());
     assert!(String::from_utf8_lossy(&human.stdout).contains("/data/sales.csv"));
 
+    let shown = lcm(&data, &["show", "msg_2"]);
+    assert!(shown.status.success());
+    assert!(
+        String::from_utf8_lossy(&shown.stdout)
+            .contains("part 0 is file_0 (in contexts by its reference)"),
+        "{}",
+        String::from_utf8_lossy(&shown.stdout)
+    );
     // Lossless: the message is byte for byte the imported line.
     let out = lcm(&data, &["show", "--original", "msg_2"]);
     assert!(out.status.success());

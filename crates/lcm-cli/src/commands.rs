@@ -287,6 +287,16 @@ pub fn show(app: &App, args: &ShowArgs) -> Result<()> {
             for part in &m.parts {
                 print_part(part);
             }
+            if let Some(files) = data.store.reader()?.message_files(id)? {
+                for r in &files.refs {
+                    let shown = if r.inline {
+                        "in contexts as it is"
+                    } else {
+                        "in contexts by its reference"
+                    };
+                    println!("  part {} is {} ({shown})", r.part, r.file);
+                }
+            }
             Ok(())
         }
         AnyId::Session(id) => {
