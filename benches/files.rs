@@ -2,6 +2,9 @@
 //! and exploration summary included), and the context for a 32,000-token window that shows it
 //! by reference. Explorer throughput per kind: `cargo bench -p lcm-files`.
 
+#[path = "support/orders.rs"]
+mod orders;
+
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -14,22 +17,7 @@ use lcm::store::DataDir;
 /// `examples/large_payload.rs`.
 fn large_payload(c: &mut Criterion) {
     use lcm::core::message::{Part, Role};
-    let mut csv = String::from("order_id,customer,region,quantity,unit_price,order_date\n");
-    let mut i = 0usize;
-    while csv.len() < 10 << 20 {
-        csv.push_str(&format!(
-            "{},customer-{:05},{},{},{}.{:02},2026-{:02}-{:02}\n",
-            100_000 + i,
-            i * 7 % 10_000,
-            ["north", "south", "east", "west"][i % 4],
-            1 + i % 9,
-            5 + i % 200,
-            i % 100,
-            1 + i % 12,
-            1 + i % 28
-        ));
-        i += 1;
-    }
+    let (csv, _) = orders::orders_csv(10 << 20);
     let config = Config::default();
     let mut group = c.benchmark_group("large_payload");
     group

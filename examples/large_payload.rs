@@ -8,6 +8,9 @@
 //! cargo run --release --example large_payload -- --mb 10
 //! ```
 
+#[path = "../benches/support/orders.rs"]
+mod orders;
+
 use std::time::Instant;
 
 use lcm::core::message::{NewMessage, Part, Role};
@@ -34,22 +37,7 @@ fn main() -> anyhow::Result<()> {
     let counter = TokenCounter::new(Encoding::O200kBase);
     // Load the tokenizer before measuring (a one-time cost of every process that counts).
     counter.count_text("warm up");
-    let mut csv = String::from("order_id,customer,region,quantity,unit_price,order_date\n");
-    let mut i = 0usize;
-    while csv.len() < mb << 20 {
-        csv.push_str(&format!(
-            "{},customer-{:05},{},{},{}.{:02},2026-{:02}-{:02}\n",
-            100_000 + i,
-            i * 7 % 10_000,
-            ["north", "south", "east", "west"][i % 4],
-            1 + i % 9,
-            5 + i % 200,
-            i % 100,
-            1 + i % 12,
-            1 + i % 28
-        ));
-        i += 1;
-    }
+    let (csv, rows) = orders::orders_csv(mb << 20);
     let bytes = csv.len();
     let tmp = tempfile::tempdir()?;
     let store = Store::open(tmp.path().join("lcm.redb"), StoreOptions::new(counter))?;
@@ -91,7 +79,7 @@ fn main() -> anyhow::Result<()> {
         "payload: {:.1} MiB, {} rows, {} tokens; append (durable, with its file record): {:.0?}; \
          context for 32k: {} tokens in {:.0?}",
         bytes as f64 / 1048576.0,
-        i,
+        rows,
         info.token_count,
         append,
         ctx.tokens,

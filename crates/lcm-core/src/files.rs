@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use crate::ids::{FileId, MessageId, SessionId};
+use crate::ids::{FileId, MessageId, SessionId, SummaryId};
 use crate::message::Part;
 use crate::time::Timestamp;
 
@@ -213,6 +213,16 @@ pub fn render_elided_span(
 ) -> String {
     format!(
         "<lcm_elided session=\"{session}\" from=\"{first}\" to=\"{last}\" messages=\"{messages}\" tokens=\"{tokens}\"/>\n(Older messages not shown: no room in this context and not summarised yet. lcm_grep finds anything in them; lcm_describe {first} starts reading.)"
+    )
+}
+
+/// A context's stand-in for top-level summaries it has no room for: their ids and how many
+/// messages they cover.
+pub fn render_elided_summaries(summaries: &[SummaryId], messages: u64) -> String {
+    let ids: Vec<String> = summaries.iter().map(SummaryId::to_string).collect();
+    format!(
+        "<lcm_elided summaries=\"{}\" messages=\"{messages}\"/>\n(Older summaries not shown: no room in this context. lcm_describe any of them reads it.)",
+        ids.join(",")
     )
 }
 

@@ -27,9 +27,10 @@
 use std::collections::HashSet;
 
 use lcm_core::files::{
-    render_elided_span, render_file_reference, render_part_reference, shown_part,
+    render_elided_span, render_elided_summaries, render_file_reference, render_part_reference,
+    shown_part,
 };
-use lcm_core::ids::{MessageId, SessionId, SummaryId};
+use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part, Role};
 use lcm_core::summary::{ContextState, NodeRef, Summary, SummaryKind};
 use lcm_core::tokens::{BINARY_PART_TOKENS, MESSAGE_OVERHEAD_TOKENS, TokenCounter};
@@ -157,18 +158,7 @@ pub fn render_summary(s: &Summary) -> String {
             s.descendant_messages
         ),
     };
-    let files = if s.file_ids.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " files=\"{}\"",
-            s.file_ids
-                .iter()
-                .map(|f| f.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        )
-    };
+    let files = files_attribute(&s.file_ids);
     format!(
         "<lcm_summary id=\"{}\" kind=\"{}\" depth=\"{}\" from=\"{}\" to=\"{}\" covers=\"{}\"{}>\n{}\n</lcm_summary>\n(Expand {} with lcm_expand_query or lcm_describe for the exact messages.)",
         s.id,
@@ -181,6 +171,20 @@ pub fn render_summary(s: &Summary) -> String {
         s.content.trim_end(),
         s.id
     )
+}
+
+/// The ` files="file_1,file_4"` attribute of a summary's header (empty without files).
+pub fn files_attribute(files: &[FileId]) -> String {
+    if files.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = files.iter().map(FileId::to_string).collect();
+    format!(" files=\"{}\"", list.join(","))
+}
+
+/// Tokens a system prompt costs beside a context (its text and a message's overhead).
+pub fn system_prompt_tokens(counter: TokenCounter, system: &str) -> u64 {
+    counter.count_text(system) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS)
 }
 
 fn first_id(sources: &[NodeRef]) -> String {
@@ -214,16 +218,14 @@ impl AssembledContext {
             return Ok(self);
         }
         // Markers of an earlier fit stay as they are (they name what is already left out).
-        let earlier = |summaries: bool| -> Vec<ContextItem> {
-            self.items
-                .iter()
-                .filter(|i| {
-                    matches!(i, ContextItem::Elided { summaries: s, .. } if s.is_empty() != summaries)
-                })
-                .cloned()
-                .collect()
-        };
-        let (earlier_summaries, earlier_raw) = (earlier(true), earlier(false));
+        let (earlier_summaries, earlier_raw): (Vec<ContextItem>, Vec<ContextItem>) = self
+            .items
+            .iter()
+            .filter(|i| matches!(i, ContextItem::Elided { .. }))
+            .cloned()
+            .partition(
+                |i| matches!(i, ContextItem::Elided { summaries, .. } if !summaries.is_empty()),
+            );
         let fixed = earlier_summaries
             .iter()
             .chain(&earlier_raw)
@@ -338,17 +340,9 @@ fn span_marker(session: SessionId, raw: &[Message], counter: TokenCounter) -> Co
 
 /// The marker for summaries left out (`dropped` is not empty).
 fn summaries_marker(dropped: &[Summary], counter: TokenCounter) -> ContextItem {
-    let ids: Vec<String> = dropped.iter().map(|s| s.id.to_string()).collect();
+    let ids: Vec<SummaryId> = dropped.iter().map(|s| s.id).collect();
     let messages: u64 = dropped.iter().map(|s| s.descendant_messages).sum();
-    elided(
-        format!(
-            "<lcm_elided summaries=\"{}\" messages=\"{messages}\"/>\n(Older summaries not shown: no room in this context. lcm_describe any of them reads it.)",
-            ids.join(",")
-        ),
-        None,
-        dropped.iter().map(|s| s.id).collect(),
-        counter,
-    )
+    elided(render_elided_summaries(&ids, messages), None, ids, counter)
 }
 
 /// Indices in `raw` where a tool exchange starts: a message starts one unless it answers a
@@ -407,26 +401,24 @@ fn shrink_largest_part(
     };
     shrunk.insert((mi, pi));
     let m = &mut raw[mi];
-    let (head, part_tokens) = match &m.parts[pi] {
+    // The part is counted once; the message's count changes by the difference (counts add up
+    // part by part, `TokenCounter::count_message`).
+    let part_tokens = counter.count_part(&m.parts[pi]);
+    let head = match &m.parts[pi] {
         Part::Binary {
             media_type,
             byte_len,
-        } => (
-            format!("[{media_type}, {byte_len} bytes, kept in the store]"),
-            u64::from(BINARY_PART_TOKENS),
-        ),
-        other => {
-            let text = other
-                .searchable_text()
-                .map(|t| t.into_owned())
-                .unwrap_or_default();
-            let head: String = text.chars().take(HEAD_EXCERPT_CHARS).collect();
-            (head, counter.count_text(&text) as u64)
-        }
+        } => format!("[{media_type}, {byte_len} bytes, kept in the store]"),
+        other => other
+            .searchable_text()
+            .map(|t| t.chars().take(HEAD_EXCERPT_CHARS).collect())
+            .unwrap_or_default(),
     };
     let reference = render_part_reference(m.id, pi, part_tokens, &head);
     m.parts[pi] = shown_part(&m.parts[pi], reference);
-    m.token_count = counter.count_message(m.role, &m.parts);
+    let shown_tokens = counter.count_part(&m.parts[pi]);
+    m.token_count =
+        u32::try_from(u64::from(m.token_count) - part_tokens + shown_tokens).unwrap_or(u32::MAX);
     true
 }
 

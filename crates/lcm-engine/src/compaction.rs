@@ -39,7 +39,7 @@ use lcm_llm::summarize::{Summarizer, SummaryRequest, summarize_with_escalation};
 use lcm_store::{ApplyOutcome, Store, StoreError};
 use serde::Serialize;
 
-use crate::assembly::{ContextItem, assemble, shown_message};
+use crate::assembly::{ContextItem, assemble, files_attribute, shown_message};
 
 /// Tokens reserved for the header the engine adds to every summary (id, kind, depth, times,
 /// covered ids, files); checked against real renderings in the tests.
@@ -558,12 +558,7 @@ fn prepare(store: &Store, pass: &Pass, config: &CompactionConfig) -> Result<Prep
 /// Tokens of the `files="..."` attribute [`crate::assembly::render_summary`] writes for
 /// `files` (none for no files).
 fn files_tokens(counter: TokenCounter, files: &[FileId]) -> u32 {
-    if files.is_empty() {
-        return 0;
-    }
-    let list: Vec<String> = files.iter().map(FileId::to_string).collect();
-    let attribute = format!(" files=\"{}\"", list.join(","));
-    u32::try_from(counter.count_text(&attribute)).unwrap_or(u32::MAX)
+    u32::try_from(counter.count_text(&files_attribute(files))).unwrap_or(u32::MAX)
 }
 
 /// The text of a part worth summarising: no reasoning, no binary payloads.

@@ -3,12 +3,15 @@
 //! messages themselves stay byte for byte as given.
 
 use lcm_core::files::{FileRef, render_file_reference, shown_part};
-use lcm_core::ids::{FileId, MessageId, SessionId};
+use lcm_core::ids::{FileId, MessageId};
 use lcm_core::message::{NewMessage, Original, Part, Role, SourceFormat};
 use lcm_core::summary::{NewSummary, NodeRef, SummaryKind};
 use lcm_core::time::Timestamp;
 use lcm_core::tokens::{Encoding, TokenCounter};
 use lcm_store::{ApplyOutcome, FileRules, Store, StoreError, StoreOptions};
+
+mod common;
+use common::SummaryRec;
 
 const LARGE: u32 = 2_000;
 
@@ -16,15 +19,19 @@ fn counter() -> TokenCounter {
     TokenCounter::new(Encoding::O200kBase)
 }
 
-fn store() -> Store {
-    Store::open_in_memory(StoreOptions {
+/// A counter and file rules whose large-file threshold a test's payloads pass easily.
+fn options() -> StoreOptions {
+    StoreOptions {
         counter: counter(),
         files: FileRules {
             large_file_tokens: LARGE,
             exploration_max_tokens: 300,
         },
-    })
-    .unwrap()
+    }
+}
+
+fn store() -> Store {
+    Store::open_in_memory(options()).unwrap()
 }
 
 fn msg(role: Role, parts: Vec<Part>) -> NewMessage {
@@ -329,20 +336,13 @@ fn unknown_file_ids_are_clear_errors() {
         other => panic!("{other:?}"),
     }
     assert!(reader.file_messages(FileId(9)).unwrap().is_empty());
-    let _ = SessionId(0);
 }
 
 #[test]
 fn file_records_survive_a_reopen_and_a_rejected_batch_registers_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lcm.redb");
-    let options = StoreOptions {
-        counter: counter(),
-        files: FileRules {
-            large_file_tokens: LARGE,
-            exploration_max_tokens: 300,
-        },
-    };
+    let options = options();
     let payload = csv(1_000);
     {
         let store = Store::open(&path, options).unwrap();
@@ -376,27 +376,6 @@ fn file_records_survive_a_reopen_and_a_rejected_batch_registers_nothing() {
     assert_eq!(info.byte_len, payload.len() as u64);
 }
 
-/// Mirror of the store's summary record (same fields, same order: the same bytes), to write a
-/// summary as a build before file records would have.
-#[derive(Debug, Clone, PartialEq, bincode::Encode, bincode::Decode)]
-struct SummaryRec {
-    session: u64,
-    kind: SummaryKind,
-    depth: u32,
-    content: String,
-    token_count: u32,
-    earliest_at: Timestamp,
-    latest_at: Timestamp,
-    descendant_messages: u64,
-    descendant_tokens: u64,
-    first_seq: u64,
-    last_seq: u64,
-    file_ids: Vec<FileId>,
-    level: u8,
-    model: String,
-    created_at: Timestamp,
-}
-
 /// A store written before schema 4 (no file tables, summaries without file ids) reads as it is,
 /// with no records; its first writable open registers the records its messages would have had
 /// and fills in the summaries' file ids, in the same transaction.
@@ -406,13 +385,7 @@ fn a_store_written_before_file_records_gets_them_at_its_first_writable_open() {
     use redb::{ReadableDatabase, ReadableTable};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lcm.redb");
-    let options = StoreOptions {
-        counter: counter(),
-        files: FileRules {
-            large_file_tokens: LARGE,
-            exploration_max_tokens: 300,
-        },
-    };
+    let options = options();
     let (ids, expected, leaf) = {
         let store = Store::open(&path, options).unwrap();
         let s = store.create_session("old", None).unwrap();

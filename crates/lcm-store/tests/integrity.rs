@@ -18,6 +18,9 @@ use lcm_store::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
 use lcm_store::{ApplyOutcome, SearchIndex, Store, StoreOptions};
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
+mod common;
+use common::SummaryRec;
+
 // ------------------------------------------------------------------------------ fixture
 
 /// Mirror of the store's session record (same fields, same order: the same bytes).
@@ -30,26 +33,6 @@ struct SessionRec {
     token_total: u64,
     first_message_at: Option<Timestamp>,
     last_message_at: Option<Timestamp>,
-}
-
-/// Mirror of the store's summary record.
-#[derive(Debug, Clone, PartialEq, bincode::Encode, bincode::Decode)]
-struct SummaryRec {
-    session: u64,
-    kind: SummaryKind,
-    depth: u32,
-    content: String,
-    token_count: u32,
-    earliest_at: Timestamp,
-    latest_at: Timestamp,
-    descendant_messages: u64,
-    descendant_tokens: u64,
-    first_seq: u64,
-    last_seq: u64,
-    file_ids: Vec<FileId>,
-    level: u8,
-    model: String,
-    created_at: Timestamp,
 }
 
 /// What the fixture holds.

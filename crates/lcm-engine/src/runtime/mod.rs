@@ -93,8 +93,7 @@ pub fn fit_with_system(
         return Ok(context);
     };
     let counter = runtime.store().counter();
-    let system_tokens =
-        counter.count_text(system) as u64 + u64::from(lcm_core::tokens::MESSAGE_OVERHEAD_TOKENS);
+    let system_tokens = crate::assembly::system_prompt_tokens(counter, system);
     let budget =
         crate::compaction::effective_budget(window, runtime.config().tokenizer.safety_margin);
     Ok(context.fit(budget, system_tokens, counter)?)

@@ -11,13 +11,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use async_trait::async_trait;
 use lcm_core::ids::SessionId;
 use lcm_core::message::{Message, Part, Role};
-use lcm_core::tokens::MESSAGE_OVERHEAD_TOKENS;
 use lcm_llm::chat::{ChatTurn, ToolCall};
 use tokio::sync::Notify;
 
 use super::shared::Shared;
 use crate::agent::ConversationWindow;
-use crate::assembly::{AssembledContext, ContextItem, assemble};
+use crate::assembly::{AssembledContext, ContextItem, assemble, system_prompt_tokens};
 use crate::compaction::{CompactionObserver, compact_shared, effective_budget, needs_compaction};
 
 /// How far the storing of a sub-agent's turns has got: the window waits for every turn of a
@@ -76,9 +75,9 @@ impl ConversationWindow for SessionWindow {
             Some(ChatTurn::System(text)) => Some(text.clone()),
             _ => None,
         };
-        let system_tokens = system.as_deref().map_or(0, |s| {
-            counter.count_text(s) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS)
-        });
+        let system_tokens = system
+            .as_deref()
+            .map_or(0, |s| system_prompt_tokens(counter, s));
         let budget = effective_budget(
             config.runtime.subagent_context_tokens,
             config.tokenizer.safety_margin,
