@@ -53,6 +53,7 @@ fn session_with_dag(dir: &std::path::Path, n: u64) -> (Store, SessionId) {
         sources,
         level: 1,
         model: "bench".into(),
+        digest: None,
     };
     for chunk in ids.chunks(100) {
         if chunk.len() < 100 {

@@ -262,6 +262,10 @@ pub struct CompactionConfig {
     pub soft_threshold: f64,
     /// Fraction of the budget above which assembly waits for compaction.
     pub hard_threshold: f64,
+    /// Where a compaction run aims: this fraction of the budget. A leaf pass summarises only
+    /// the oldest raw span that brings the context down to it, so the raw history that fits
+    /// above it stays raw (the window is used, not left half empty). In (0, soft_threshold].
+    pub target_fill: f64,
     /// The most recent messages, never compacted (a tool call is never split from its result)
     /// while they fit in `fresh_tail_max_share` of the budget.
     pub fresh_tail: usize,
@@ -288,6 +292,7 @@ impl Default for CompactionConfig {
         CompactionConfig {
             soft_threshold: 0.75,
             hard_threshold: 0.9,
+            target_fill: 0.7,
             fresh_tail: 32,
             fresh_tail_max_share: 0.5,
             leaf_chunk_tokens: 20_000,
@@ -310,6 +315,12 @@ impl CompactionConfig {
             return bad(format!(
                 "compaction thresholds must satisfy 0 < soft_threshold <= hard_threshold <= 1, got {} and {}",
                 self.soft_threshold, self.hard_threshold
+            ));
+        }
+        if !(self.target_fill > 0.0 && self.target_fill <= self.soft_threshold) {
+            return bad(format!(
+                "compaction.target_fill must be in (0, soft_threshold = {}], got {}",
+                self.soft_threshold, self.target_fill
             ));
         }
         if !(self.fresh_tail_max_share > 0.0 && self.fresh_tail_max_share <= 1.0) {

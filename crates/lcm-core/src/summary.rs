@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::digest::Digest;
 use crate::ids::{FileId, MessageId, SessionId, SummaryId};
 use crate::time::Timestamp;
 
@@ -87,6 +88,8 @@ pub struct NewSummary {
     pub level: u8,
     /// The model (or `extractive`, `truncation`) that wrote it.
     pub model: String,
+    /// The structure of its span (see [`crate::digest`]), stored beside it.
+    pub digest: Option<Digest>,
 }
 
 /// A stored summary.

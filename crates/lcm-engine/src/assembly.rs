@@ -19,6 +19,12 @@
 //! [`BudgetError`] rather than exceed the budget. Every path that hands a context to a model
 //! fits it. Nothing is lost: every message stays reachable by id, grep and expansion.
 //!
+//! Commitments: when the summaries leave commitments open (an intent the agent stated, a
+//! request the user made, an item of its to-do list, made in messages now summarised and not
+//! fulfilled by anything after them, the raw tail included), one **open commitments** block
+//! follows the summaries ([`ContextItem::Commitments`]), so that they are never compacted away.
+//! Fitting a budget keeps it (it is small: at most [`BLOCK_COMMITMENTS`] lines).
+//!
 //! Tool pairing: a tool result is only sent right after the assistant message that made the
 //! call, and a call only with its result. A call or result whose partner is not in the context
 //! (compaction never splits them, but a transcript may hold a dangling one) is rendered as plain
@@ -26,6 +32,7 @@
 
 use std::collections::HashSet;
 
+use lcm_core::digest::{Commitment, OpenItems};
 use lcm_core::files::{
     render_elided_span, render_elided_summaries, render_file_reference, render_part_reference,
     shown_part,
@@ -34,6 +41,7 @@ use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part, Role};
 use lcm_core::summary::{ContextState, NodeRef, Summary, SummaryKind};
 use lcm_core::tokens::{BINARY_PART_TOKENS, MESSAGE_OVERHEAD_TOKENS, TokenCounter};
+use lcm_llm::structured::resolutions;
 use lcm_store::{Store, StoreError, StoreReader};
 use serde_json::{Value, json};
 
@@ -54,7 +62,18 @@ pub enum ContextItem {
         messages: Option<(MessageId, MessageId)>,
         summaries: Vec<SummaryId>,
     },
+    /// The commitments the summaries left open and nothing after fulfilled, rendered as a user
+    /// message after the summaries (see the module docs); `open` lists them all, `text` shows
+    /// the newest [`BLOCK_COMMITMENTS`].
+    Commitments {
+        text: String,
+        tokens: u64,
+        open: Vec<Commitment>,
+    },
 }
+
+/// Most commitments the open-commitments block lists (the newest).
+pub const BLOCK_COMMITMENTS: usize = 12;
 
 impl ContextItem {
     /// Tokens of this item in a context.
@@ -62,7 +81,7 @@ impl ContextItem {
         match self {
             ContextItem::Summary { summary, .. } => u64::from(summary.token_count),
             ContextItem::Message(m) => u64::from(m.token_count),
-            ContextItem::Elided { tokens, .. } => *tokens,
+            ContextItem::Elided { tokens, .. } | ContextItem::Commitments { tokens, .. } => *tokens,
         }
     }
 }
@@ -99,7 +118,11 @@ pub fn assemble(store: &Store, session: SessionId) -> Result<AssembledContext, S
         items.push(ContextItem::Summary { summary, rendered });
     }
     let large = store.file_rules().large_file_tokens;
-    for m in reader.session_messages(session, state.raw_from..u64::MAX)? {
+    let raw = reader.session_messages(session, state.raw_from..u64::MAX)?;
+    if let Some(block) = commitments_block(&reader, &state.summaries, &raw, store.counter())? {
+        items.push(block);
+    }
+    for m in raw {
         items.push(ContextItem::Message(shown_message(&reader, m, large)?));
     }
     let tokens = items.iter().map(ContextItem::tokens).sum();
@@ -109,6 +132,67 @@ pub fn assemble(store: &Store, session: SessionId) -> Result<AssembledContext, S
         items,
         tokens,
     })
+}
+
+/// The open-commitments block of a context: what the digests of `summaries` leave open, less
+/// what the raw messages after them resolve; `None` when nothing is open.
+fn commitments_block(
+    reader: &StoreReader,
+    summaries: &[SummaryId],
+    raw: &[Message],
+    counter: TokenCounter,
+) -> Result<Option<ContextItem>, StoreError> {
+    if summaries.is_empty() {
+        return Ok(None);
+    }
+    // Summaries written without a digest (before schema 5) count as having left nothing open.
+    let mut open = OpenItems::default();
+    for id in summaries {
+        if let Some(digest) = reader.summary_digest(*id)? {
+            open.resolve(&digest.resolved);
+            open.commitments.extend(digest.commitments);
+        }
+    }
+    if open.commitments.is_empty() {
+        return Ok(None);
+    }
+    let done = resolutions(raw, &open);
+    open.resolve(&done);
+    if open.commitments.is_empty() {
+        return Ok(None);
+    }
+    let text = render_open_commitments(&open.commitments);
+    let tokens = counter.count_text(&text) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS);
+    Ok(Some(ContextItem::Commitments {
+        text,
+        tokens,
+        open: open.commitments,
+    }))
+}
+
+/// The block's text: the newest [`BLOCK_COMMITMENTS`] open commitments with the message each
+/// was made in, and how many older ones `lcm_describe` lists.
+pub fn render_open_commitments(open: &[Commitment]) -> String {
+    let newest = &open[open.len().saturating_sub(BLOCK_COMMITMENTS)..];
+    let mut text = String::from(
+        "<lcm_open_commitments>\nMade in messages now summarised, not yet fulfilled (expand an id for its context):",
+    );
+    for c in newest {
+        text.push_str(&format!(
+            "\n- {} ({}): {}",
+            c.message,
+            c.kind.as_str(),
+            c.text
+        ));
+    }
+    if newest.len() < open.len() {
+        text.push_str(&format!(
+            "\n- … {} older (lcm_describe lists every commitment)",
+            open.len() - newest.len()
+        ));
+    }
+    text.push_str("\n</lcm_open_commitments>");
+    text
 }
 
 /// `m` as contexts show it: each part registered as a large file replaced by the file's
@@ -226,9 +310,16 @@ impl AssembledContext {
             .partition(
                 |i| matches!(i, ContextItem::Elided { summaries, .. } if !summaries.is_empty()),
             );
+        // The open commitments are kept whole: they are what compaction must never lose.
+        let commitments: Option<ContextItem> = self
+            .items
+            .iter()
+            .find(|i| matches!(i, ContextItem::Commitments { .. }))
+            .cloned();
         let fixed = earlier_summaries
             .iter()
             .chain(&earlier_raw)
+            .chain(&commitments)
             .map(ContextItem::tokens)
             .sum::<u64>();
         let Some(room) = room.checked_sub(fixed) else {
@@ -297,6 +388,7 @@ impl AssembledContext {
         items.extend(earlier_summaries);
         items.extend(summary_marker);
         items.extend(summaries);
+        items.extend(commitments);
         items.extend(earlier_raw);
         items.extend(raw_marker);
         items.extend(kept_raw.into_iter().map(ContextItem::Message));
@@ -485,7 +577,8 @@ impl AssembledContext {
         for item in &self.items {
             match item {
                 ContextItem::Summary { rendered, .. }
-                | ContextItem::Elided { text: rendered, .. } => {
+                | ContextItem::Elided { text: rendered, .. }
+                | ContextItem::Commitments { text: rendered, .. } => {
                     out.push(json!({"role": "user", "content": rendered}));
                 }
                 ContextItem::Message(m) => openai_message(m, &paired, &mut out),
@@ -513,7 +606,8 @@ impl AssembledContext {
         for item in &self.items {
             match item {
                 ContextItem::Summary { rendered, .. }
-                | ContextItem::Elided { text: rendered, .. } => {
+                | ContextItem::Elided { text: rendered, .. }
+                | ContextItem::Commitments { text: rendered, .. } => {
                     push("user", vec![json!({"type": "text", "text": rendered})]);
                 }
                 ContextItem::Message(m) => {

@@ -1,13 +1,23 @@
 //! The compaction control loop (paper sections 2.1 and 2.3).
 //!
-//! A compaction run repeats one **pass** at a time while the context is above its goal:
-//! - a **condensed pass** when `condensed_fanout` summaries of one depth sit side by side in the
-//!   context (the oldest such run), into one summary a level deeper;
-//! - otherwise a **leaf pass** over the oldest raw span outside the fresh tail, up to
-//!   `leaf_chunk_tokens`, ending where no tool call is separated from its result. A span cut
-//!   short by the chunk (small messages followed by one larger than it) that is smaller than a
-//!   leaf summary's target, or too small to pay for its summary's header at all, takes the next
-//!   message or tool exchange too, past the chunk if need be.
+//! A compaction run repeats one **pass** at a time while the context is above its goal (the
+//! soft threshold), aiming at `target_fill` of the budget:
+//! - a **leaf pass** over the oldest raw span outside the fresh tail, just long enough to bring
+//!   the context down to the aim (at most `leaf_chunk_tokens`), ending where no tool call is
+//!   separated from its result: the raw history that fits above the aim stays raw, so the
+//!   window is used rather than left half empty. A span cut short by the chunk (small
+//!   messages followed by one larger than it) that is smaller than a leaf summary's target, or
+//!   too small to pay for its summary's header at all, takes the next message or tool exchange
+//!   too, past the chunk if need be;
+//! - a **condensed pass** when no leaf pass can reach the aim and `condensed_fanout` summaries
+//!   of one depth sit side by side in the context (the oldest such run), into one summary a
+//!   level deeper.
+//!
+//! Every summary has a [`Digest`] of its span (requests, files, commands, errors, open
+//! commitments; see `lcm_core::digest`): built from the messages for a leaf, with the items the
+//! summaries before it left open, merged from the sources' digests for a condensed summary.
+//! It is stored with the summary, rendered by the structured offline summariser, and the
+//! span's open commitments are appended to whatever text the summariser wrote.
 //!
 //! Every pass planned covers enough tokens that its summary is smaller than what it replaces;
 //! candidates too small for that are passed over, so a run only ends early when no pass at all
@@ -27,16 +37,18 @@
 //! hard threshold whenever the last two messages fit in it. Summary targets never exceed a third
 //! of the input, so small spans shrink too.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use lcm_core::config::CompactionConfig;
+use lcm_core::digest::{Commitment, Digest, open_items};
 use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part};
 use lcm_core::summary::{NewSummary, NodeRef, SummaryKind};
 use lcm_core::tokens::TokenCounter;
+use lcm_llm::structured::{commitments_section, extract};
 use lcm_llm::summarize::{Summarizer, SummaryRequest, summarize_with_escalation};
-use lcm_store::{ApplyOutcome, Store, StoreError};
+use lcm_store::{ApplyOutcome, Store, StoreError, StoreReader};
 use serde::Serialize;
 
 use crate::assembly::{ContextItem, assemble, files_attribute, shown_message};
@@ -247,6 +259,7 @@ async fn run(
     let counter = store.counter();
     let goal = (config.soft_threshold * budget as f64) as u64;
     let hard = (config.hard_threshold * budget as f64) as u64;
+    let aim = (config.target_fill.min(config.soft_threshold) * budget as f64) as u64;
     // One assembly per pass: it both measures the context and is what the next pass plans on.
     let mut ctx = store.with(move |s| assemble(s, session)).await??;
     let tokens_before = ctx.tokens;
@@ -267,12 +280,19 @@ async fn run(
             break; // Only reachable if spans keep changing under us; never loop forever.
         }
         let tail_max_tokens = (config.fresh_tail_max_share * budget as f64) as u64;
-        let Some(pass) = plan(&ctx.items, config, ctx.tokens > hard, tail_max_tokens) else {
+        let excess = ctx.tokens.saturating_sub(aim);
+        let Some(pass) = plan(
+            &ctx.items,
+            config,
+            ctx.tokens > hard,
+            tail_max_tokens,
+            excess,
+        ) else {
             break;
         };
         let prepare_config = config.clone();
         let (mut request, sources, kind, depth, files) = store
-            .with(move |s| prepare(s, &pass, &prepare_config))
+            .with(move |s| prepare(s, session, &pass, &prepare_config))
             .await??;
         // The summary must pay for its header too, or the pass would grow the context. `plan`
         // only proposes spans worth it, measured on the stored counts `prepare` reads too, so
@@ -284,19 +304,36 @@ async fn run(
             continue;
         }
         request.input_tokens -= SUMMARY_HEADER_TOKENS;
+        // Open commitments are carried in every summary that covers them, whichever summariser
+        // writes the rest: the section is the engine's, and the summariser's target leaves room
+        // for it. The whole must stay smaller than what it replaces (or passes would not
+        // converge): when it would not, only the newest commitments that fit are listed (the
+        // digest keeps them all).
+        let open = request
+            .digest
+            .as_ref()
+            .map(|d| d.commitments.clone())
+            .unwrap_or_default();
+        let commitments_tokens = count_u32(counter, &summary_commitments(&open));
+        request.target_tokens = request
+            .target_tokens
+            .saturating_sub(commitments_tokens)
+            .max(MIN_SUMMARY_TOKENS);
         let outcome = summarize_with_escalation(summarizer, counter, &request).await;
         report.provider_calls += outcome.calls;
+        let content = with_commitments(counter, outcome.text, &open, request.input_tokens);
         // The header names every file under the summary: its stored count pays for them too.
-        let token_count = summary_tokens(counter, &outcome.text) + files_tokens(counter, &files);
+        let token_count = summary_tokens(counter, &content) + files_tokens(counter, &files);
         let new = NewSummary {
             session,
             kind,
             depth,
-            content: outcome.text,
+            content,
             token_count,
             sources: sources.clone(),
             level: outcome.level.number(),
             model: outcome.model,
+            digest: request.digest,
         };
         observer.before_apply(&new);
         match store
@@ -330,6 +367,10 @@ async fn run(
 /// `over_hard` allows compacting into the fresh tail (down to its last two messages). The
 /// fresh tail also yields in tokens: it keeps only the newest messages that fit in
 /// `tail_max_tokens` together, so a few huge messages cannot pin a context over its budget.
+/// `excess` is how many tokens the run still wants to remove (down to `target_fill`): a leaf
+/// span stops at the first closed prefix whose summary would remove that much, so the raw
+/// history above the aim stays raw; when a leaf pass cannot remove it, a run of `fanout`
+/// same-depth summaries is condensed first.
 ///
 /// Every pass it proposes covers more than a summary's header and smallest body
 /// (`MIN_SPAN_TOKENS`), so applying it shrinks the context: a candidate too small for that is
@@ -339,8 +380,8 @@ pub fn plan(
     config: &CompactionConfig,
     over_hard: bool,
     tail_max_tokens: u64,
+    excess: u64,
 ) -> Option<Pass> {
-    // Condensed: the oldest run of `fanout` same-depth summaries side by side.
     let summaries: Vec<(SummaryId, u32, u64)> = items
         .iter()
         .filter_map(|i| match i {
@@ -353,6 +394,44 @@ pub fn plan(
     let span_tokens = |span: &[(SummaryId, u32, u64)]| span.iter().map(|s| s.2).sum::<u64>();
     let ids = |span: &[(SummaryId, u32, u64)]| span.iter().map(|s| s.0).collect::<Vec<_>>();
     let fanout = config.condensed_fanout;
+
+    // Leaf: the oldest raw span outside the fresh tail, just long enough to remove `excess`.
+    let raw: Vec<&Message> = items
+        .iter()
+        .filter_map(|i| match i {
+            ContextItem::Message(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    let keep = if over_hard {
+        MIN_RAW_MESSAGES.min(config.fresh_tail)
+    } else {
+        config.fresh_tail
+    };
+    let keep = keep.min(tail_fitting(&raw, tail_max_tokens));
+    let eligible = raw.len().saturating_sub(keep);
+    // A span is preferably at least a leaf summary's target: below that, most of what the pass
+    // writes is header, so a chunk cut short by a large next message takes that message too.
+    let preferred = config.leaf_target_tokens.min(config.leaf_chunk_tokens);
+    let leaf = leaf_span_end(
+        &raw[..eligible],
+        config.leaf_chunk_tokens,
+        preferred,
+        &|tokens| leaf_savings(tokens, config) >= excess,
+    )
+    .map(|end| {
+        let tokens: u64 = raw[..end].iter().map(|m| u64::from(m.token_count)).sum();
+        (end, tokens)
+    });
+    if let Some((end, tokens)) = leaf
+        && leaf_savings(tokens, config) >= excess
+    {
+        return Some(Pass::Leaf {
+            messages: raw[..end].iter().map(|m| m.id).collect(),
+        });
+    }
+
+    // Condensed: the oldest run of `fanout` same-depth summaries side by side.
     let mut run_start = 0;
     for i in 0..summaries.len() {
         if summaries[i].1 != summaries[run_start].1 {
@@ -373,25 +452,8 @@ pub fn plan(
         }
     }
 
-    // Leaf: the oldest raw span outside the fresh tail.
-    let raw: Vec<&Message> = items
-        .iter()
-        .filter_map(|i| match i {
-            ContextItem::Message(m) => Some(m),
-            _ => None,
-        })
-        .collect();
-    let keep = if over_hard {
-        MIN_RAW_MESSAGES.min(config.fresh_tail)
-    } else {
-        config.fresh_tail
-    };
-    let keep = keep.min(tail_fitting(&raw, tail_max_tokens));
-    let eligible = raw.len().saturating_sub(keep);
-    // A span is preferably at least a leaf summary's target: below that, most of what the pass
-    // writes is header, so a chunk cut short by a large next message takes that message too.
-    let preferred = config.leaf_target_tokens.min(config.leaf_chunk_tokens);
-    if let Some(end) = leaf_span_end(&raw[..eligible], config.leaf_chunk_tokens, preferred) {
+    // A leaf pass that removes less than wanted is still progress.
+    if let Some((end, _)) = leaf {
         return Some(Pass::Leaf {
             messages: raw[..end].iter().map(|m| m.id).collect(),
         });
@@ -423,6 +485,21 @@ pub fn plan(
     None
 }
 
+/// The target of a summary over `input_tokens`: the configured size, but never above a third
+/// of what it replaces (so small spans shrink too), and at least the smallest useful summary.
+fn summary_target(configured: u32, input_tokens: u64) -> u32 {
+    configured
+        .min(u32::try_from(input_tokens / 3).unwrap_or(u32::MAX))
+        .max(MIN_SUMMARY_TOKENS)
+}
+
+/// What a leaf pass over `tokens` removes from the context at least: the span, less its
+/// summary at full target and the header.
+fn leaf_savings(tokens: u64, config: &CompactionConfig) -> u64 {
+    let summary = summary_target(config.leaf_target_tokens, tokens) + SUMMARY_HEADER_TOKENS;
+    tokens.saturating_sub(u64::from(summary))
+}
+
 /// How many of the newest `raw` messages fit in `max_tokens` together.
 fn tail_fitting(raw: &[&Message], max_tokens: u64) -> usize {
     let mut total = 0u64;
@@ -445,8 +522,15 @@ fn tail_fitting(raw: &[&Message], max_tokens: u64) -> usize {
 /// the next message or tool exchange whole. A span may so exceed the chunk, by less than
 /// `preferred_tokens` beyond that next message or exchange (which would have been a span of
 /// its own otherwise); the summariser's escalation caps what any span becomes. With too few
-/// messages for that, the longest closed prefix worth a summary is the span.
-fn leaf_span_end(messages: &[&Message], chunk_tokens: u32, preferred_tokens: u32) -> Option<usize> {
+/// messages for that, the longest closed prefix worth a summary is the span. A span stops
+/// earlier, at the first closed prefix of at least `preferred_tokens` that is `enough` for the
+/// run (it removes what the run wants removed).
+fn leaf_span_end(
+    messages: &[&Message],
+    chunk_tokens: u32,
+    preferred_tokens: u32,
+    enough: &dyn Fn(u64) -> bool,
+) -> Option<usize> {
     let mut open: HashSet<&str> = HashSet::new();
     let mut tokens = 0u64;
     // The end and size of the span so far.
@@ -474,18 +558,71 @@ fn leaf_span_end(messages: &[&Message], chunk_tokens: u32, preferred_tokens: u32
             if tokens > u64::from(chunk_tokens) {
                 break; // The first closed prefix past the chunk.
             }
+            if tokens >= u64::from(preferred_tokens) && enough(tokens) {
+                break; // Removes what the run wants: the rest stays raw.
+            }
         }
     }
     best.map(|(end, _)| end)
 }
 
-/// Reads a pass's sources and renders the text to summarise (reasoning and binary payloads
-/// stripped).
 /// What [`prepare`] gives a pass: the request, its sources, kind and depth, and the files under
 /// it (as `apply_summary` will record them).
 type Prepared = (SummaryRequest, Vec<NodeRef>, SummaryKind, u32, Vec<FileId>);
 
-fn prepare(store: &Store, pass: &Pass, config: &CompactionConfig) -> Result<Prepared, StoreError> {
+/// Most open commitments a summary's text lists (the newest; its digest keeps them all).
+const SUMMARY_COMMITMENTS: usize = 10;
+
+/// The open-commitments section of a summary: the newest [`SUMMARY_COMMITMENTS`].
+fn summary_commitments(open: &[Commitment]) -> String {
+    summary_commitments_of(open, SUMMARY_COMMITMENTS)
+}
+
+/// The open-commitments section listing the newest `shown` of `open` (empty for none).
+fn summary_commitments_of(open: &[Commitment], shown: usize) -> String {
+    let newest = &open[open.len().saturating_sub(shown)..];
+    let mut section = commitments_section(newest);
+    if newest.len() < open.len() {
+        section.push_str(&format!(
+            "\n- … {} older, listed by lcm_describe",
+            open.len() - newest.len()
+        ));
+    }
+    section
+}
+
+/// `text` with the open-commitments section of as many of the newest of `open` as keep the
+/// whole under `input_tokens` (the text itself already is).
+fn with_commitments(
+    counter: TokenCounter,
+    text: String,
+    open: &[Commitment],
+    input_tokens: u32,
+) -> String {
+    for shown in (1..=open.len().min(SUMMARY_COMMITMENTS)).rev() {
+        let section = summary_commitments_of(open, shown);
+        let content = format!("{}\n\n{section}", text.trim_end());
+        if count_u32(counter, &content) < input_tokens {
+            return content;
+        }
+    }
+    text
+}
+
+fn count_u32(counter: TokenCounter, text: &str) -> u32 {
+    u32::try_from(counter.count_text(text)).unwrap_or(u32::MAX)
+}
+
+/// Reads a pass's sources, renders the text to summarise (reasoning and binary payloads
+/// stripped) and builds the span's digest: from its messages for a leaf (with what the
+/// summaries before it left open), merged from its sources' for a condensed summary (none if
+/// a source has none).
+fn prepare(
+    store: &Store,
+    session: SessionId,
+    pass: &Pass,
+    config: &CompactionConfig,
+) -> Result<Prepared, StoreError> {
     let reader = store.reader()?;
     let large = store.file_rules().large_file_tokens;
     let mut files: Vec<FileId> = Vec::new();
@@ -498,13 +635,21 @@ fn prepare(store: &Store, pass: &Pass, config: &CompactionConfig) -> Result<Prep
     };
     let mut content = String::new();
     let mut input_tokens = 0u64;
+    let digest;
     let (sources, kind, depth, target) = match pass {
         Pass::Leaf { messages } => {
+            let mut span = Vec::with_capacity(messages.len());
+            let mut paths: HashMap<String, FileId> = HashMap::new();
             for id in messages {
                 // What the context shows: a large file as its reference, not its payload.
                 let m = shown_message(&reader, reader.message(*id)?, large)?;
                 if let Some(refs) = reader.message_files(*id)? {
                     add_files(&mut refs.refs.iter().map(|r| r.file));
+                    for r in &refs.refs {
+                        if let Some(path) = reader.file(r.file)?.path {
+                            paths.insert(path, r.file);
+                        }
+                    }
                 }
                 input_tokens += u64::from(m.token_count);
                 content.push_str(&format!("[{} {} {}]\n", m.id, m.role, m.created_at));
@@ -515,7 +660,13 @@ fn prepare(store: &Store, pass: &Pass, config: &CompactionConfig) -> Result<Prep
                     }
                 }
                 content.push('\n');
+                span.push(m);
             }
+            let before = reader.context(session)?.summaries;
+            let carried = open_items(&stored_digests(&reader, &before)?.unwrap_or_default());
+            digest = Some(extract(&span, &carried, &|path: &str| {
+                paths.get(path).copied()
+            }));
             (
                 messages.iter().map(|id| NodeRef::Message(*id)).collect(),
                 SummaryKind::Leaf,
@@ -524,6 +675,7 @@ fn prepare(store: &Store, pass: &Pass, config: &CompactionConfig) -> Result<Prep
             )
         }
         Pass::Condensed { depth, summaries } => {
+            digest = stored_digests(&reader, summaries)?.map(|d| Digest::merge(&d));
             for id in summaries {
                 let s = reader.summary(*id)?;
                 input_tokens += u64::from(s.token_count);
@@ -541,18 +693,30 @@ fn prepare(store: &Store, pass: &Pass, config: &CompactionConfig) -> Result<Prep
             )
         }
     };
-    // A summary aims at the configured size, but never above a third of what it replaces, so
-    // that small spans shrink too.
-    let target = target
-        .min(u32::try_from(input_tokens / 3).unwrap_or(u32::MAX))
-        .max(MIN_SUMMARY_TOKENS);
+    let target = summary_target(target, input_tokens);
     let request = SummaryRequest {
         content,
         input_tokens: u32::try_from(input_tokens).unwrap_or(u32::MAX),
         target_tokens: target,
         depth,
+        digest,
     };
     Ok((request, sources, kind, depth, files))
+}
+
+/// The digests of `summaries`, in order; `None` if one of them has none.
+pub(crate) fn stored_digests(
+    reader: &StoreReader,
+    summaries: &[SummaryId],
+) -> Result<Option<Vec<Digest>>, StoreError> {
+    let mut digests = Vec::with_capacity(summaries.len());
+    for id in summaries {
+        match reader.summary_digest(*id)? {
+            Some(digest) => digests.push(digest),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(digests))
 }
 
 /// Tokens of the `files="..."` attribute [`crate::assembly::render_summary`] writes for

@@ -24,6 +24,7 @@
 
 pub mod agent;
 pub mod assembly;
+pub mod commitments;
 pub mod compaction;
 pub mod controller;
 pub mod guard;

@@ -165,6 +165,7 @@ fn summaries_come_first_with_an_engine_written_header_and_rendering_is_determini
                 sources: ids[..4].iter().map(|id| NodeRef::Message(*id)).collect(),
                 level: 1,
                 model: "extractive".into(),
+                digest: None,
             },
             vec![],
         )

@@ -239,6 +239,7 @@ fn check(store: &Store, session: SessionId, ctx: &AssembledContext, budget: u64)
                 elided_spans.extend(*messages);
                 in_context.extend(summaries.iter().copied());
             }
+            ContextItem::Commitments { .. } => {}
         }
     }
     // Every message is reachable: shown, named by a marker, or under a summary in the context

@@ -486,7 +486,8 @@ fn plan_extends_a_leaf_span_too_small_to_pay_for_its_summary() {
             .append(s, NewMessage::text(Role::User, "tail two"))
             .unwrap();
         let ctx = assemble(&store, s).unwrap();
-        let Some(Pass::Leaf { messages }) = plan(&ctx.items, &config, false, u64::MAX) else {
+        let Some(Pass::Leaf { messages }) = plan(&ctx.items, &config, false, u64::MAX, u64::MAX)
+        else {
             panic!("no leaf pass planned");
         };
         (messages, all_messages(&store, s))
@@ -630,6 +631,7 @@ async fn a_tiny_lone_summary_does_not_stop_a_run_over_the_hard_threshold() {
             sources,
             level: 1,
             model: "test".into(),
+            digest: None,
         };
         match store.apply_summary(new, Vec::new()).unwrap() {
             ApplyOutcome::Applied { summary, .. } => summary.id,

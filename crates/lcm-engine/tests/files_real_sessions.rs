@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lcm_core::config::Config;
-use lcm_core::formats::{Format, LineContext, LineOutcome, parse_line};
 use lcm_core::ids::FileId;
 use lcm_core::message::NewMessage;
 use lcm_core::tokens::{Encoding, TokenCounter};
@@ -19,33 +18,7 @@ use lcm_llm::ExtractiveSummarizer;
 use serde_json::{Value, json};
 
 mod common;
-use common::{real_sessions, shared_data};
-
-/// The long real sessions, as the messages a host would append, in order.
-fn sessions(data: &std::path::Path) -> Vec<(String, Vec<NewMessage>)> {
-    real_sessions(data)
-        .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let mut messages = Vec::new();
-            for (i, line) in text.lines().enumerate() {
-                let ctx = LineContext {
-                    line: i as u64 + 1,
-                    default_session_key: "replay",
-                };
-                if let Ok(LineOutcome::Messages(parsed)) =
-                    parse_line(Format::ClaudeCode, line.as_bytes(), &ctx)
-                {
-                    messages.extend(parsed.into_iter().map(|p| p.message));
-                }
-            }
-            (
-                path.file_name().unwrap().to_string_lossy().into_owned(),
-                messages,
-            )
-        })
-        .collect()
-}
+use common::{real_session_messages as sessions, shared_data};
 
 /// Paths of the `Read` calls whose result is not an error.
 fn read_paths(messages: &[NewMessage]) -> BTreeSet<String> {
@@ -166,7 +139,7 @@ async fn real_sessions_replayed_stay_in_budget_and_keep_every_file_read_reachabl
                             named.extend(files.refs.iter().map(|r| r.file));
                         }
                     }
-                    ContextItem::Elided { .. } => {}
+                    ContextItem::Elided { .. } | ContextItem::Commitments { .. } => {}
                 }
             }
             assert!(!tops.is_empty(), "{name}: nothing was compacted");

@@ -20,6 +20,7 @@ use lcm_core::tokens::TokenCounter;
 use regex::Regex;
 
 use crate::provider::{Completion, ProviderError};
+use crate::structured::text::{compile, sentences};
 use crate::summarize::{Summarizer, SummaryCall};
 use crate::truncate::fit_prefix;
 
@@ -73,15 +74,6 @@ static COMMITMENT: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
-/// Compiles one of this module's fixed patterns.
-fn compile(pattern: &str) -> Regex {
-    match Regex::new(pattern) {
-        Ok(regex) => regex,
-        // The patterns are constants covered by the tests; this cannot happen at run time.
-        Err(error) => panic!("invalid built-in pattern {pattern:?}: {error}"),
-    }
-}
-
 /// The informativeness of a unit, before the position bonus and the length normalisation.
 ///
 /// Weights: an error or failure 5, a file path 5 (a second one 2 more), an open commitment 4, a
@@ -114,30 +106,6 @@ fn signal_score(text: &str) -> u32 {
     score += 2 * IDENTIFIER.find_iter(text).take(2).count() as u32;
     score += NUMBER.find_iter(text).take(2).count() as u32;
     score
-}
-
-/// Cuts a line into sentences: after `.`, `!` or `?` followed by whitespace.
-fn sentences(line: &str) -> impl Iterator<Item = &str> {
-    let mut rest = line;
-    std::iter::from_fn(move || {
-        loop {
-            if rest.is_empty() {
-                return None;
-            }
-            let bytes = rest.as_bytes();
-            let cut = (0..bytes.len().saturating_sub(1))
-                .find(|&i| {
-                    matches!(bytes[i], b'.' | b'!' | b'?') && bytes[i + 1].is_ascii_whitespace()
-                })
-                .map_or(rest.len(), |i| i + 1);
-            let (sentence, tail) = rest.split_at(cut);
-            rest = tail;
-            let sentence = sentence.trim();
-            if !sentence.is_empty() {
-                return Some(sentence);
-            }
-        }
-    })
 }
 
 impl ExtractiveSummarizer {
@@ -285,11 +253,5 @@ mod tests {
         assert!(DECISION.is_match("We decided to keep redb"));
         assert!(IDENTIFIER.is_match("error E0308 here"));
         assert!(NUMBER.is_match("E0308"));
-    }
-
-    #[test]
-    fn sentences_split() {
-        let parts: Vec<_> = sentences("One. Two! Three? four.rs stays. ").collect();
-        assert_eq!(parts, ["One.", "Two!", "Three?", "four.rs stays."]);
     }
 }

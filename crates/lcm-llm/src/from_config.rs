@@ -8,13 +8,14 @@ use lcm_core::tokens::TokenCounter;
 
 use crate::anthropic::AnthropicProvider;
 use crate::chat::ChatProvider;
-use crate::extractive::ExtractiveSummarizer;
 use crate::http::HttpConfig;
 use crate::openai::OpenAiProvider;
 use crate::provider::{Provider, ProviderError};
+use crate::structured::StructuredSummarizer;
 use crate::summarize::{LlmSummarizer, Summarizer};
 
-/// The summariser `config` asks for: the extractive one (default, offline), or an LLM through an
+/// The summariser `config` asks for: the offline one (default: structured, extractive for
+/// conversation), or an LLM through an
 /// OpenAI-compatible or Anthropic provider.
 pub fn summarizer_from_config(
     config: &LlmConfig,
@@ -37,7 +38,7 @@ pub fn summarizer_from_config(
         )));
     }
     let provider: Arc<dyn Provider> = match config.provider {
-        ProviderKind::Extractive => return Ok(Arc::new(ExtractiveSummarizer::new(counter))),
+        ProviderKind::Extractive => return Ok(Arc::new(StructuredSummarizer::new(counter))),
         ProviderKind::Openai => {
             Arc::new(OpenAiProvider::new(http(OpenAiProvider::DEFAULT_BASE_URL))?)
         }
@@ -120,10 +121,10 @@ mod tests {
     use lcm_core::tokens::Encoding;
 
     #[test]
-    fn default_is_extractive_and_llm_needs_a_model() {
+    fn default_is_offline_structured_and_llm_needs_a_model() {
         let counter = TokenCounter::new(Encoding::O200kBase);
         let s = summarizer_from_config(&LlmConfig::default(), counter).unwrap();
-        assert_eq!(s.model(), ExtractiveSummarizer::new(counter).model());
+        assert_eq!(s.model(), crate::structured::STRUCTURED_MODEL);
         let config = LlmConfig {
             provider: ProviderKind::Openai,
             base_url: "http://127.0.0.1:9/v1".into(),

@@ -16,6 +16,9 @@
 //!   what sub-agents run on.
 //! - [`extractive`]: [`ExtractiveSummarizer`], a deterministic summariser with no network and no
 //!   key, which keeps the most informative sentences in their original order.
+//! - [`structured`]: [`StructuredSummarizer`], the default offline summariser: it renders the
+//!   span's digest (requests, errors, files, commands with outcomes, decisions) and tracks
+//!   commitments; spans without agent work fall back to the extractive one.
 //! - [`prompts`]: the summarisation prompts, one per DAG depth.
 //! - `testing` (feature `test-server`): a scripted loopback HTTP server speaking both API shapes.
 //!
@@ -33,6 +36,7 @@ pub mod http;
 pub mod openai;
 pub mod prompts;
 pub mod provider;
+pub mod structured;
 pub mod summarize;
 #[cfg(feature = "test-server")]
 pub mod testing;
@@ -48,6 +52,7 @@ pub use from_config::summarizer_from_config;
 pub use http::HttpConfig;
 pub use openai::OpenAiProvider;
 pub use provider::{ChatMessage, ChatRole, Completion, CompletionRequest, Provider, ProviderError};
+pub use structured::StructuredSummarizer;
 pub use summarize::{
     EscalationLevel, LlmSummarizer, Summarizer, SummaryCall, SummaryOutcome, SummaryRequest,
     summarize_with_escalation,

@@ -17,6 +17,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use lcm_core::digest::Digest;
 use lcm_core::tokens::TokenCounter;
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +64,9 @@ pub struct SummaryRequest {
     pub target_tokens: u32,
     /// The depth of the summary in the DAG: 0 = leaf over messages, 1, 2 and more over summaries.
     pub depth: u32,
+    /// The structure of the span, when the engine has it: what the structured summariser
+    /// renders (others summarise `content`).
+    pub digest: Option<Digest>,
 }
 
 /// The summary and how it was obtained.
@@ -95,6 +99,8 @@ pub struct SummaryCall<'a> {
     pub target_tokens: u32,
     /// The sampling temperature for this level.
     pub temperature: f32,
+    /// The span's structure, when known (see [`SummaryRequest::digest`]).
+    pub digest: Option<&'a Digest>,
 }
 
 /// Something that shortens text: an LLM behind a [`Provider`], or a deterministic algorithm.
@@ -220,6 +226,7 @@ pub async fn summarize_with_escalation(
                 level,
                 target_tokens,
                 temperature,
+                digest: request.digest.as_ref(),
             };
             calls += 1;
             let rejection = match summarizer.summarize(&call).await {

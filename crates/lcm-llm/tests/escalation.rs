@@ -23,6 +23,7 @@ fn summary_request(content: String, target_tokens: u32, depth: u32) -> SummaryRe
         input_tokens,
         target_tokens,
         depth,
+        digest: None,
     }
 }
 
@@ -292,6 +293,7 @@ async fn caller_input_tokens_bound_acceptance() {
         input_tokens: 50,
         target_tokens: 20,
         depth: 0,
+        digest: None,
     };
     let outcome = summarize_with_escalation(&summarizer, counter(), &request).await;
     assert_eq!(outcome.level, EscalationLevel::Deterministic);
@@ -305,6 +307,7 @@ async fn empty_content_needs_no_calls() {
         input_tokens: 0,
         target_tokens: 100,
         depth: 0,
+        digest: None,
     };
     let outcome = summarize_with_escalation(&Fixed(echo_content), counter(), &request).await;
     assert_eq!(outcome.level, EscalationLevel::Deterministic);

@@ -59,6 +59,7 @@ async fn real_local_model() {
             input_tokens,
             target_tokens: 50,
             depth: 0,
+            digest: None,
         };
         let started = std::time::Instant::now();
         let outcome = summarize_with_escalation(&summarizer, counter, &request).await;

@@ -6,6 +6,7 @@
 //! written), writes the summary, its ordered sources, the covered-by edges, and the session's new
 //! context state. A crash at any point leaves the old context or the new one, never a mix.
 
+use lcm_core::digest::Digest;
 use lcm_core::files::MessageFiles;
 use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::summary::{ContextState, NewSummary, NodeRef, Summary, SummaryKind};
@@ -75,8 +76,13 @@ impl Store {
     /// top-level summaries, all one depth below it. Otherwise returns [`ApplyOutcome::Stale`]
     /// and writes nothing. Malformed summaries (no sources, wrong kinds or depths, another
     /// session's nodes) are [`StoreError::InvalidMessage`] errors.
-    pub fn apply_summary(&self, new: NewSummary, file_ids: Vec<FileId>) -> Result<ApplyOutcome> {
+    pub fn apply_summary(
+        &self,
+        mut new: NewSummary,
+        file_ids: Vec<FileId>,
+    ) -> Result<ApplyOutcome> {
         validate_summary(&new)?;
+        let digest = new.digest.take();
         let txn = self.db.begin_write()?;
         let outcome = {
             let sessions = txn.open_table(tables::SESSIONS)?;
@@ -204,6 +210,10 @@ impl Store {
                 created_at,
             };
             summaries.insert(id, codec::encode(&record).as_slice())?;
+            if let Some(digest) = &digest {
+                txn.open_table(tables::SUMMARY_DIGESTS)?
+                    .insert(id, codec::encode(digest).as_slice())?;
+            }
             let mut sources_table = txn.open_table(tables::SUMMARY_SOURCES)?;
             let mut covered = txn.open_table(tables::COVERED_BY)?;
             for (ordinal, source) in new.sources.iter().enumerate() {
@@ -299,6 +309,20 @@ impl StoreReader {
             sources.push(node_from_key(node.value())?);
         }
         Ok(record.into_summary(id.0, sources))
+    }
+
+    /// The digest written with a summary (`None` for a summary written without one, or by a
+    /// build before schema 5).
+    pub fn summary_digest(&self, id: SummaryId) -> Result<Option<Digest>> {
+        let table = match self.txn.open_table(tables::SUMMARY_DIGESTS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        match table.get(id.0)? {
+            Some(bytes) => Ok(Some(codec::decode("summary_digests", bytes.value())?)),
+            None => Ok(None),
+        }
     }
 
     /// Every message the session's context reaches, in order: each top-level summary expanded

@@ -216,6 +216,9 @@ pub enum ViolationKind {
     /// reference without its reverse entry (or the other way), a hash pointing nowhere. No
     /// repair (the records are written with their messages; restore from a backup).
     FileRecords,
+    /// A summary digest whose summary does not exist (subject: the summary id). No repair
+    /// (digests are written with their summaries).
+    OrphanDigest,
 }
 
 impl ViolationKind {
@@ -250,6 +253,7 @@ impl ViolationKind {
             ViolationKind::WatermarkBeyondEnd => "watermark_beyond_end",
             ViolationKind::IndexDocCount => "index_doc_count",
             ViolationKind::FileRecords => "file_records",
+            ViolationKind::OrphanDigest => "orphan_digest",
         }
     }
 }
@@ -711,6 +715,7 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
 
     let mut counts = counts;
     counts.files = check_files(&txn, &t, &mut f)?;
+    check_digests(&txn, &t, &mut f)?;
     let stored_watermark = meta_value(&t.meta, meta::INDEX_WATERMARK)?;
     drop(t);
     drop(txn);
@@ -745,6 +750,34 @@ pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityRepo
         "integrity check done"
     );
     Ok(report)
+}
+
+/// Every summary digest belongs to a summary and decodes. A store of schema 4 has no digest
+/// table: nothing to check.
+fn check_digests(txn: &redb::ReadTransaction, t: &Tables, f: &mut Findings) -> Result<()> {
+    let digests = match txn.open_table(tables::SUMMARY_DIGESTS) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    for entry in digests.iter()? {
+        let (id, bytes) = entry?;
+        let id = id.value();
+        let decoded: Result<lcm_core::digest::Digest> =
+            codec::decode("summary_digests", bytes.value());
+        if f.decode(decoded, format!("sum_{id}"))?.is_none() {
+            continue;
+        }
+        if t.summaries.get(id)?.is_none() {
+            f.push(
+                ViolationKind::OrphanDigest,
+                format!("sum_{id}"),
+                "a digest is stored for this summary, which does not exist",
+                None,
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The file tables against each other and the messages (see [`ViolationKind::FileRecords`]);

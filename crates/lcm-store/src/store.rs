@@ -352,6 +352,7 @@ impl Store {
             txn.open_table(tables::SUMMARY_SOURCES)?;
             txn.open_table(tables::COVERED_BY)?;
             txn.open_table(tables::SESSION_SUMMARIES)?;
+            txn.open_table(tables::SUMMARY_DIGESTS)?;
             txn.open_table(tables::CONTEXT)?;
             txn.open_table(tables::FILES)?;
             txn.open_table(tables::FILE_HASHES)?;
@@ -415,6 +416,7 @@ impl Store {
             tables::SUMMARY_SOURCES.name(),
             tables::COVERED_BY.name(),
             tables::SESSION_SUMMARIES.name(),
+            tables::SUMMARY_DIGESTS.name(),
             tables::CONTEXT.name(),
             tables::FILES.name(),
             tables::FILE_HASHES.name(),

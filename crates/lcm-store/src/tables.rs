@@ -17,6 +17,7 @@
 //! | `summary_sources` | (summary, ordinal) | (node kind byte, number) of each source, in order | once |
 //! | `covered_by` | (node kind byte, number) | the summary covering that node | once |
 //! | `session_summaries` | (session, summary) | () | once |
+//! | `summary_digests` | summary | `Digest`: the span's structure (requests, files, commands, open commitments and errors, what it resolved) | once, with the summary |
 //! | `context` | session | `ContextState`: ordered top-level summaries + raw-from seq | replaced atomically with each summary |
 //! | `map_jobs` | job | `JobRecord` (spec, status, item counts) | on create; counts on every item transition |
 //! | `map_items` | (job, item index) | `ItemRecord` (line, payload, state with lease, attempts, last error) | on create; on every claim and commit |
@@ -35,7 +36,8 @@
 //! version of its own encoding, [`crate::codec::SCHEMA_VERSION`]): 1 kept each session's list as
 //! `session_messages`, one (session, seq) -> message row per message; 2 keeps it as runs; 3
 //! writes a batch's messages as packs (several records in one `messages` row); 4 adds the file
-//! tables (a schema-3 store reads as it is, with no file records). A writable open
+//! tables (a schema-3 store reads as it is, with no file records); 5 adds `summary_digests` (a
+//! schema-4 store reads as it is, its summaries without digests). A writable open
 //! migrates a schema-1 store in one transaction; a schema-2 store is read as it is (it has only
 //! plain rows) and a writable open records schema 3.
 
@@ -60,6 +62,7 @@ pub const COVERED_BY: TableDefinition<(u8, u64), u64> = TableDefinition::new("co
 /// (session, summary) for every summary of a session, in creation order.
 pub const SESSION_SUMMARIES: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("session_summaries");
+pub const SUMMARY_DIGESTS: TableDefinition<u64, &[u8]> = TableDefinition::new("summary_digests");
 pub const CONTEXT: TableDefinition<u64, &[u8]> = TableDefinition::new("context");
 /// File records (`file_N`), see `files.rs`.
 pub const FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("files");
@@ -80,9 +83,9 @@ pub const MAP_PENDING: TableDefinition<(u64, u64), ()> = TableDefinition::new("m
 /// (job, item index) -> lease expiry (ms since the epoch) of every running item.
 pub const MAP_RUNNING: TableDefinition<(u64, u64), i64> = TableDefinition::new("map_running");
 
-/// The layout version this build writes (the `schema_version` meta key): 4, session lists as
-/// runs, messages in packs, and file records.
-pub const STORE_SCHEMA: u64 = 4;
+/// The layout version this build writes (the `schema_version` meta key): 5, session lists as
+/// runs, messages in packs, file records, and summary digests.
+pub const STORE_SCHEMA: u64 = 5;
 
 /// Node kind byte in keys: messages 0, summaries 1.
 pub const NODE_MESSAGE: u8 = 0;

@@ -32,6 +32,7 @@ fn leaf(session: SessionId, ids: &[MessageId]) -> NewSummary {
         sources: ids.iter().map(|id| NodeRef::Message(*id)).collect(),
         level: 1,
         model: "test".into(),
+        digest: None,
     }
 }
 
@@ -45,6 +46,7 @@ fn condensed(session: SessionId, depth: u32, ids: &[SummaryId]) -> NewSummary {
         sources: ids.iter().map(|id| NodeRef::Summary(*id)).collect(),
         level: 2,
         model: "test".into(),
+        digest: None,
     }
 }
 

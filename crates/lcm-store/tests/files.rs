@@ -301,6 +301,7 @@ fn file_ids_propagate_from_messages_to_leaves_to_condensed_summaries() {
         sources: sources.iter().map(|m| NodeRef::Message(*m)).collect(),
         level: 3,
         model: "test".into(),
+        digest: None,
     };
     let apply = |new: NewSummary| match store.apply_summary(new, Vec::new()).unwrap() {
         ApplyOutcome::Applied { summary, .. } => summary,
@@ -319,6 +320,7 @@ fn file_ids_propagate_from_messages_to_leaves_to_condensed_summaries() {
         sources: vec![NodeRef::Summary(a.id), NodeRef::Summary(b.id)],
         level: 3,
         model: "test".into(),
+        digest: None,
     });
     assert_eq!(
         top.file_ids,
@@ -422,6 +424,7 @@ fn a_store_written_before_file_records_gets_them_at_its_first_writable_open() {
                     sources: ids.iter().map(|m| NodeRef::Message(*m)).collect(),
                     level: 3,
                     model: "test".into(),
+                    digest: None,
                 },
                 Vec::new(),
             )

@@ -75,6 +75,7 @@ fn leaf(session: SessionId, ids: &[MessageId]) -> NewSummary {
         sources: ids.iter().map(|id| NodeRef::Message(*id)).collect(),
         level: 1,
         model: "test".into(),
+        digest: None,
     }
 }
 
@@ -88,6 +89,7 @@ fn condensed(session: SessionId, depth: u32, ids: &[SummaryId]) -> NewSummary {
         sources: ids.iter().map(|id| NodeRef::Summary(*id)).collect(),
         level: 2,
         model: "test".into(),
+        digest: None,
     }
 }
 
@@ -1482,4 +1484,18 @@ fn file_table_damage_is_reported() {
     assert_eq!(repaired.applied.len(), 1, "{repaired:#?}");
     assert!(check(&store, None).unwrap().is_clean());
     let _ = Counter::NextFile;
+}
+
+#[test]
+fn digest_of_a_summary_that_does_not_exist() {
+    run_case(
+        |txn, _| {
+            let digest = lcm_core::digest::Digest::default();
+            txn.open_table(tables::SUMMARY_DIGESTS)
+                .unwrap()
+                .insert(99, codec::encode(&digest).as_slice())
+                .unwrap();
+        },
+        |_| vec![v(ViolationKind::OrphanDigest, "sum_99", false)],
+    );
 }

@@ -1,5 +1,6 @@
 //! `lcm_describe`: what an id stands for, without expanding it (paper appendix C.1).
 
+use crate::commitments::{CommitmentStatus, session_commitments};
 use async_trait::async_trait;
 use lcm_core::ids::{AnyId, MessageId, SessionId, SummaryId};
 use lcm_core::summary::NodeRef;
@@ -48,8 +49,10 @@ impl Tool for LcmDescribe {
              message (msg_N): role, time, parts, token count, its file records, the summary \
              covering it and its content (bounded by max_tokens). For a file (file_N): path, \
              kind, sizes, hash, exploration summary, the messages referencing it and whether \
-             the file on disk is still what was seen. For a session (ses_N): its totals and current \
-             context.",
+             the file on disk is still what was seen. For a session (ses_N): its totals, current \
+             context, and its commitments (intents, requests, to-dos that summaries carried, \
+             and those open in the raw tail) with their status: open, fulfilled or dropped, \
+             and the message that resolved each.",
             json!({
                 "type": "object",
                 "properties": {
@@ -100,7 +103,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             id,
             args.max_tokens.unwrap_or(DEFAULT_DESCRIBE_MAX_TOKENS),
         ),
-        AnyId::Session(id) => describe_session(&reader, id),
+        AnyId::Session(id) => describe_session(ctx, &reader, id),
         AnyId::File(id) => super::file_records::describe_file(&ctx.store, &reader, id, NAME),
         AnyId::Job(id) => Err(ToolError::Unsupported {
             tool: NAME.into(),
@@ -268,9 +271,19 @@ fn describe_message(
     Ok(out)
 }
 
-fn describe_session(reader: &StoreReader, id: SessionId) -> Result<Value, ToolError> {
+/// Most commitments a session's description lists (the newest; the counts cover all).
+const DESCRIBE_COMMITMENTS: usize = 50;
+
+fn describe_session(
+    ctx: &ToolContext,
+    reader: &StoreReader,
+    id: SessionId,
+) -> Result<Value, ToolError> {
     let s = reader.session(id).map_err(store_err(NAME))?;
     let context = reader.context(id).map_err(store_err(NAME))?;
+    let ledger = session_commitments(&ctx.store, id).map_err(store_err(NAME))?;
+    let count = |status| ledger.iter().filter(|e| e.status == status).count();
+    let listed = &ledger[ledger.len().saturating_sub(DESCRIBE_COMMITMENTS)..];
     Ok(json!({
         "id": s.id,
         "type": "session",
@@ -285,6 +298,12 @@ fn describe_session(reader: &StoreReader, id: SessionId) -> Result<Value, ToolEr
             "summaries": context.summaries,
             "raw_from_seq": context.raw_from,
             "raw_messages": s.message_count.saturating_sub(context.raw_from),
+        },
+        "commitments": {
+            "open": count(CommitmentStatus::Open),
+            "fulfilled": count(CommitmentStatus::Fulfilled),
+            "dropped": count(CommitmentStatus::Dropped),
+            "listed": listed,
         },
     }))
 }

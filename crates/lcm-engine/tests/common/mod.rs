@@ -100,3 +100,33 @@ pub fn real_sessions(data: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// The long real sessions, as the messages a host would append, in order.
+pub fn real_session_messages(data: &Path) -> Vec<(String, Vec<lcm_core::message::NewMessage>)> {
+    real_sessions(data)
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut messages = Vec::new();
+            for (i, line) in text.lines().enumerate() {
+                let ctx = lcm_core::formats::LineContext {
+                    line: i as u64 + 1,
+                    default_session_key: "replay",
+                };
+                if let Ok(lcm_core::formats::LineOutcome::Messages(parsed)) =
+                    lcm_core::formats::parse_line(
+                        lcm_core::formats::Format::ClaudeCode,
+                        line.as_bytes(),
+                        &ctx,
+                    )
+                {
+                    messages.extend(parsed.into_iter().map(|p| p.message));
+                }
+            }
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                messages,
+            )
+        })
+        .collect()
+}

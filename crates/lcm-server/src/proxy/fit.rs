@@ -324,7 +324,9 @@ impl Plan {
         let before = unit.tokens;
         unit.verbatim = None;
         match &mut unit.item {
-            ContextItem::Summary { rendered, .. } | ContextItem::Elided { text: rendered, .. } => {
+            ContextItem::Summary { rendered, .. }
+            | ContextItem::Elided { text: rendered, .. }
+            | ContextItem::Commitments { text: rendered, .. } => {
                 let budget = u32::try_from(target).unwrap_or(u32::MAX);
                 *rendered = truncate_middle(&counter, rendered, budget);
                 unit.tokens = counter.count_text(rendered) as u64 + MESSAGE_JSON_TOKENS;
