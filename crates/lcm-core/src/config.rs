@@ -672,6 +672,16 @@ pub struct ProxyConfig {
     /// Longest wait for the upstream, in seconds: for the head of its answer, then between two
     /// chunks of its body.
     pub timeout_s: u64,
+    /// When `[llm]` is not configured (provider `extractive`): most calls per session and
+    /// window (`summary_window_s`) that compactions of a proxied session make to the client's
+    /// own model, with the client's credentials; past it (and whenever such a call fails) the
+    /// offline summariser writes the summary. 0: never summarise with the client's model.
+    pub summary_calls_per_window: u32,
+    /// The window of `summary_calls_per_window`, in seconds.
+    pub summary_window_s: u64,
+    /// How long the client's model (and the credentials it holds, in memory only) stays the
+    /// summariser of a session without a proxied request of that session, in seconds.
+    pub summarizer_idle_s: u64,
 }
 
 impl Default for ProxyConfig {
@@ -683,6 +693,9 @@ impl Default for ProxyConfig {
             inject_tools: true,
             max_tool_rounds: 4,
             timeout_s: 600,
+            summary_calls_per_window: 20,
+            summary_window_s: 600,
+            summarizer_idle_s: 900,
         }
     }
 }
@@ -723,9 +736,30 @@ impl ProxyConfig {
                 "proxy.timeout_s must be at least 1".into(),
             ));
         }
+        if self.summary_calls_per_window > MAX_PROXY_SUMMARY_CALLS {
+            return Err(ConfigError::Invalid(format!(
+                "proxy.summary_calls_per_window must be between 0 (never use the client's model) and {MAX_PROXY_SUMMARY_CALLS}, got {}",
+                self.summary_calls_per_window
+            )));
+        }
+        for (name, seconds) in [
+            ("proxy.summary_window_s", self.summary_window_s),
+            ("proxy.summarizer_idle_s", self.summarizer_idle_s),
+        ] {
+            if !(1..=MAX_PROXY_SUMMARY_SECONDS).contains(&seconds) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be between 1 and {MAX_PROXY_SUMMARY_SECONDS} seconds, got {seconds}"
+                )));
+            }
+        }
         Ok(())
     }
 }
+
+/// Largest `proxy.summary_calls_per_window`.
+pub const MAX_PROXY_SUMMARY_CALLS: u32 = 100_000;
+/// Longest `proxy.summary_window_s` and `proxy.summarizer_idle_s`: one day.
+pub const MAX_PROXY_SUMMARY_SECONDS: u64 = 86_400;
 
 /// A bearer token is at least [`MIN_SERVER_TOKEN_LEN`] visible ASCII characters.
 fn check_token(what: &str, token: &str) -> Result<(), ConfigError> {
@@ -829,6 +863,15 @@ mod tests {
             ),
             ("[proxy]\nmax_tool_rounds = 0\n", "proxy.max_tool_rounds"),
             ("[proxy]\ntimeout_s = 0\n", "proxy.timeout_s"),
+            (
+                "[proxy]\nsummary_calls_per_window = 100001\n",
+                "proxy.summary_calls_per_window",
+            ),
+            ("[proxy]\nsummary_window_s = 0\n", "proxy.summary_window_s"),
+            (
+                "[proxy]\nsummarizer_idle_s = 86401\n",
+                "proxy.summarizer_idle_s",
+            ),
         ];
         for (text, expected) in cases {
             let err = Config::from_toml(text).unwrap_err().to_string();

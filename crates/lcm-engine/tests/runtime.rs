@@ -310,3 +310,137 @@ async fn a_tool_called_outside_any_session_searches_every_session() {
     assert!(error.to_string().contains("/pattern"), "{error}");
     rt.shutdown(Duration::from_secs(5)).await.expect("shutdown");
 }
+
+/// The extractive summariser under a label of its own, counting its calls.
+struct Labelled {
+    inner: ExtractiveSummarizer,
+    label: &'static str,
+    calls: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl Summarizer for Labelled {
+    fn model(&self) -> &str {
+        self.label
+    }
+    async fn summarize(&self, call: &SummaryCall<'_>) -> Result<Completion, ProviderError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.summarize(call).await
+    }
+}
+
+fn labelled(label: &'static str) -> Arc<Labelled> {
+    Arc::new(Labelled {
+        inner: ExtractiveSummarizer::new(TokenCounter::new(Encoding::O200kBase)),
+        label,
+        calls: AtomicU32::new(0),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_own_summariser_is_used_until_it_idles_out() {
+    let default = counting();
+    let rt = open(small_config(), Arc::clone(&default)).await;
+    let mut events = rt.subscribe();
+    let own = labelled("own-model");
+    let a = rt.session("with-its-own").await.unwrap();
+    let b = rt.session("with-the-default").await.unwrap();
+    a.set_summarizer(
+        Arc::clone(&own) as Arc<dyn Summarizer>,
+        Duration::from_secs(60),
+    );
+    assert!(a.has_summarizer());
+    assert!(!b.has_summarizer());
+    assert_eq!(rt.session_summarizer_count(), 1);
+    assert_eq!(rt.summarizer().model(), "extractive");
+
+    // Both sessions compact (above hard, the turn waits for it).
+    for s in [&a, &b] {
+        s.append_batch((0..200).map(message).collect())
+            .await
+            .unwrap();
+        let total = s.context(10_000_000).await.unwrap().tokens;
+        s.context(total / 2).await.unwrap();
+    }
+    let models = |s: &lcm_engine::runtime::SessionHandle| -> Vec<String> {
+        let summaries = rt.store().session_summaries(s.id()).unwrap();
+        summaries.into_iter().map(|s| s.model).collect()
+    };
+    let (of_a, of_b) = (models(&a), models(&b));
+    assert!(
+        !of_a.is_empty() && of_a.iter().all(|m| m == "own-model"),
+        "{of_a:?}"
+    );
+    assert!(
+        !of_b.is_empty() && of_b.iter().all(|m| m == "extractive"),
+        "{of_b:?}"
+    );
+    assert!(own.calls.load(Ordering::SeqCst) as usize >= of_a.len());
+    assert!(default.calls.load(Ordering::SeqCst) as usize >= of_b.len());
+    // Each summary was announced, saying whose summariser wrote it.
+    let mut announced = (0, 0);
+    while let Ok(event) = events.try_recv() {
+        if let RuntimeEvent::SummaryWritten {
+            session,
+            model,
+            session_summarizer,
+            level,
+            ..
+        } = event
+        {
+            assert!((1..=3).contains(&level));
+            if session == a.id() {
+                assert!(session_summarizer && model == "own-model");
+                announced.0 += 1;
+            } else {
+                assert!(!session_summarizer && model == "extractive");
+                announced.1 += 1;
+            }
+        }
+    }
+    assert_eq!(announced, (of_a.len(), of_b.len()));
+
+    // A refresh with the registration's tag builds nothing; another tag (or none) builds.
+    let build = || Ok::<_, String>(Arc::clone(&own) as Arc<dyn Summarizer>);
+    assert_eq!(
+        a.refresh_summarizer(1, Duration::from_secs(60), build),
+        Ok(true)
+    );
+    assert_eq!(
+        a.refresh_summarizer(1, Duration::from_secs(60), || Err("not built".to_owned())),
+        Ok(false)
+    );
+    assert_eq!(
+        a.refresh_summarizer(2, Duration::from_secs(60), || Err("failed".to_owned())),
+        Err("failed".to_owned())
+    );
+    assert!(a.has_summarizer(), "a failed build leaves the registration");
+    assert!(a.clear_summarizer());
+    assert!(!a.has_summarizer());
+
+    // Idle expiry: nothing touches the registry, yet the compactor's heartbeat drops the entry
+    // and the summariser it held.
+    let held = labelled("held");
+    b.set_summarizer(
+        Arc::clone(&held) as Arc<dyn Summarizer>,
+        Duration::from_millis(200),
+    );
+    assert_eq!(Arc::strong_count(&held), 2);
+    let dropped = tokio::time::timeout(Duration::from_secs(5), async {
+        while Arc::strong_count(&held) > 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(dropped.is_ok(), "the idle entry was never dropped");
+    assert_eq!(rt.session_summarizer_count(), 0);
+
+    // Shutdown drops every registration.
+    a.set_summarizer(
+        Arc::clone(&held) as Arc<dyn Summarizer>,
+        Duration::from_secs(60),
+    );
+    assert_eq!(Arc::strong_count(&held), 2);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(Arc::strong_count(&held), 1);
+}

@@ -63,6 +63,14 @@ impl AnthropicProvider {
         Ok(AnthropicProvider { http, url })
     }
 
+    /// Sends requests to exactly `endpoint` instead of the one the endpoint rule derives from
+    /// the base URL (for a caller that already knows the full URL, such as the proxy, whose
+    /// upstream is its base URL + `/messages`).
+    pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.url = endpoint.into();
+        self
+    }
+
     /// The endpoint requests go to.
     pub fn endpoint(&self) -> &str {
         &self.url

@@ -56,6 +56,9 @@ pub struct HttpConfig {
     pub circuit_failures: u32,
     /// How long an open breaker refuses calls before letting one probe through.
     pub circuit_cooldown: Duration,
+    /// Whether redirects are followed (the default). Off, a 3xx answer is a failed call: a
+    /// client whose key is not the operator's (the proxy's callers) never sends it elsewhere.
+    pub follow_redirects: bool,
 }
 
 impl std::fmt::Debug for HttpConfig {
@@ -70,6 +73,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("backoff_max", &self.backoff_max)
             .field("circuit_failures", &self.circuit_failures)
             .field("circuit_cooldown", &self.circuit_cooldown)
+            .field("follow_redirects", &self.follow_redirects)
             .finish()
     }
 }
@@ -101,6 +105,7 @@ impl HttpConfig {
             backoff_max: Self::DEFAULT_BACKOFF_MAX,
             circuit_failures: Self::DEFAULT_CIRCUIT_FAILURES,
             circuit_cooldown: Self::DEFAULT_CIRCUIT_COOLDOWN,
+            follow_redirects: true,
         }
     }
 
@@ -133,6 +138,12 @@ impl HttpConfig {
     pub fn with_circuit(mut self, failures: u32, cooldown: Duration) -> Self {
         self.circuit_failures = failures;
         self.circuit_cooldown = cooldown;
+        self
+    }
+
+    /// Whether redirects are followed (see [`HttpConfig::follow_redirects`]).
+    pub fn with_redirects(mut self, follow: bool) -> Self {
+        self.follow_redirects = follow;
         self
     }
 
@@ -233,6 +244,9 @@ impl HttpClient {
             .pool_idle_timeout(Duration::from_secs(30));
         if is_loopback(config.base_url_trimmed()) {
             builder = builder.no_proxy();
+        }
+        if !config.follow_redirects {
+            builder = builder.redirect(reqwest::redirect::Policy::none());
         }
         let client = builder
             .build()

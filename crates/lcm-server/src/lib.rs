@@ -58,7 +58,9 @@ use tokio::sync::{broadcast, watch};
 pub use auth::{Principal, TokenError, TokenSource};
 pub use error::ApiError;
 pub use handlers::OPENAPI;
-pub use proxy::{BUDGET_HEADER, SESSION_HEADER, TOKEN_HEADER};
+pub use proxy::{
+    BUDGET_HEADER, CLIENT_LABEL_PREFIX, SESSION_HEADER, SUMMARIZER_HEADER, TOKEN_HEADER,
+};
 pub use routes::{Access, ROUTES, Route, find as find_route};
 
 use auth::{Auth, resolve_admin_token};

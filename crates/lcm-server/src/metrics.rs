@@ -2,16 +2,16 @@
 //!
 //! Two sources: what the server counts itself (HTTP requests by route, method and status, a
 //! latency histogram per route, and the runtime's events: compactions started / finished /
-//! failed, summaries written by escalation level, context tokens before and after compactions,
-//! actor failures, map jobs finished; the proxy's upstream requests, upstream errors,
-//! lcm tool calls and stored messages), and what is read at scrape time (the store's
-//! totals, the supervisor's live sessions and restarts, the compactor's queue, map items by
-//! status).
+//! failed, summaries written by escalation level and by summariser, context tokens before and
+//! after compactions, actor failures, map jobs finished; the proxy's upstream requests,
+//! upstream errors, lcm tool calls, stored messages and summary calls to the client's model),
+//! and what is read at scrape time (the store's totals, the supervisor's live sessions and
+//! restarts, the compactor's queue, map items by status).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lcm_engine::runtime::{CompactorStats, RuntimeEvent, SupervisorStats};
@@ -66,6 +66,58 @@ pub(crate) struct Metrics {
     events_missed: AtomicU64,
     proxy: Mutex<Proxy>,
     proxy_stored: AtomicU64,
+    /// Whether `[llm]` is configured (its summaries are `configured`, else `offline`).
+    configured_llm: bool,
+    /// Summaries written, by summariser (indexed like [`SUMMARIZERS`]).
+    summaries_by_summarizer: [AtomicU64; SUMMARIZERS.len()],
+    /// Summary calls meant for the client's model, by outcome (shared with the summarisers).
+    client_summary_calls: Arc<SummaryCallCounters>,
+}
+
+/// Which summariser wrote a summary (the `summarizer` label of
+/// `lcm_summaries_by_summarizer_total`): the client's model through the proxy, the offline
+/// summariser standing in for it (spend guard, failed call), the offline summariser as the
+/// runtime's own (no `[llm]`), the configured `[llm]` model, or no summariser at all
+/// (deterministic truncation, escalation level 3).
+pub(crate) const SUMMARIZERS: [&str; 5] = [
+    "client_model",
+    "offline_fallback",
+    "offline",
+    "configured",
+    "truncation",
+];
+
+/// The [`SUMMARIZERS`] index of a summary written at escalation `level` with model label
+/// `model`, by a session's own summariser (`by_session`) or the runtime's.
+pub(crate) fn summarizer_index(
+    level: u8,
+    model: &str,
+    by_session: bool,
+    configured_llm: bool,
+) -> usize {
+    if level >= 3 {
+        4
+    } else if by_session && model.starts_with(crate::proxy::CLIENT_LABEL_PREFIX) {
+        0
+    } else if by_session {
+        1
+    } else if configured_llm {
+        3
+    } else {
+        2
+    }
+}
+
+/// Calls the proxy's summarisers meant for the client's model, by what came of them.
+#[derive(Default)]
+pub(crate) struct SummaryCallCounters {
+    /// The client's model answered with a summary.
+    pub(crate) ok: AtomicU64,
+    /// The call failed (error status, timeout, transport, malformed or empty answer): the
+    /// offline summariser ran instead.
+    pub(crate) failed: AtomicU64,
+    /// The spend guard refused the call: the offline summariser ran instead.
+    pub(crate) refused: AtomicU64,
 }
 
 /// What the proxy counts.
@@ -90,6 +142,20 @@ pub(crate) struct Snapshot {
 }
 
 impl Metrics {
+    /// Counters for a daemon whose `[llm]` is configured or not (`configured_llm`).
+    pub(crate) fn new(configured_llm: bool) -> Metrics {
+        Metrics {
+            configured_llm,
+            ..Metrics::default()
+        }
+    }
+
+    /// The counters of summary calls meant for the client's model (the proxy's summarisers
+    /// count into them).
+    pub(crate) fn client_summary_calls(&self) -> Arc<SummaryCallCounters> {
+        Arc::clone(&self.client_summary_calls)
+    }
+
     /// Counts one answered request.
     pub(crate) fn record_request(&self, route: &str, method: &str, status: u16, took: Duration) {
         let mut http = self.http.lock().unwrap_or_else(|p| p.into_inner());
@@ -105,6 +171,17 @@ impl Metrics {
 
     /// Counts one runtime event.
     pub(crate) fn record_event(&self, event: &RuntimeEvent) {
+        if let RuntimeEvent::SummaryWritten {
+            level,
+            model,
+            session_summarizer,
+            ..
+        } = event
+        {
+            let index = summarizer_index(*level, model, *session_summarizer, self.configured_llm);
+            self.summaries_by_summarizer[index].fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         if let RuntimeEvent::CompactionFinished {
             summaries_by_level,
             tokens_before,
@@ -264,6 +341,19 @@ impl Metrics {
                 load(n)
             );
         }
+        header(
+            &mut out,
+            "lcm_summaries_by_summarizer_total",
+            "Summaries compactions wrote, by summariser (client_model: the client's model through the proxy; offline_fallback: the offline summariser standing in for it; offline: the offline summariser; configured: the [llm] model; truncation: escalation level 3).",
+            "counter",
+        );
+        for (name, n) in SUMMARIZERS.iter().zip(&self.summaries_by_summarizer) {
+            let _ = writeln!(
+                out,
+                "lcm_summaries_by_summarizer_total{{summarizer=\"{name}\"}} {}",
+                load(n)
+            );
+        }
         counter(
             &mut out,
             "lcm_compaction_context_tokens_before_total",
@@ -341,6 +431,24 @@ impl Metrics {
             "Messages the proxy stored (new client messages and upstream answers).",
             self.proxy_stored.load(Ordering::Relaxed),
         );
+        header(
+            out,
+            "lcm_proxy_client_summary_calls_total",
+            "Summary calls meant for the client's model, by outcome (ok; failed or refused by the spend guard: the offline summariser ran instead).",
+            "counter",
+        );
+        let calls = &self.client_summary_calls;
+        for (outcome, n) in [
+            ("ok", &calls.ok),
+            ("failed", &calls.failed),
+            ("refused", &calls.refused),
+        ] {
+            let _ = writeln!(
+                out,
+                "lcm_proxy_client_summary_calls_total{{outcome=\"{outcome}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
         let proxy = self.proxy();
         header(
             out,
@@ -484,5 +592,46 @@ mod tests {
         );
         assert!(text.contains("lcm_http_request_duration_seconds_count{route=\"/a\"} 3"));
         assert!(text.contains("route=\"x\\\"y\""));
+    }
+
+    #[test]
+    fn summaries_are_counted_by_summarizer() {
+        let written = |level, model: &str, session_summarizer| RuntimeEvent::SummaryWritten {
+            session: lcm_core::ids::SessionId(1),
+            summary: lcm_core::ids::SummaryId(1),
+            level,
+            model: model.into(),
+            session_summarizer,
+        };
+        let metrics = Metrics::new(false);
+        for event in [
+            written(1, "client:gpt-test", true),
+            written(2, "client:gpt-test", true),
+            written(1, "extractive", true),
+            written(1, "extractive", false),
+            written(3, "deterministic", true),
+        ] {
+            metrics.record_event(&event);
+        }
+        metrics
+            .client_summary_calls()
+            .refused
+            .fetch_add(2, Ordering::Relaxed);
+        let text = metrics.render(&Snapshot::default());
+        for line in [
+            "lcm_summaries_by_summarizer_total{summarizer=\"client_model\"} 2",
+            "lcm_summaries_by_summarizer_total{summarizer=\"offline_fallback\"} 1",
+            "lcm_summaries_by_summarizer_total{summarizer=\"offline\"} 1",
+            "lcm_summaries_by_summarizer_total{summarizer=\"configured\"} 0",
+            "lcm_summaries_by_summarizer_total{summarizer=\"truncation\"} 1",
+            "lcm_proxy_client_summary_calls_total{outcome=\"refused\"} 2",
+            "lcm_proxy_client_summary_calls_total{outcome=\"ok\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        let configured = Metrics::new(true);
+        configured.record_event(&written(1, "gpt-4o", false));
+        let text = configured.render(&Snapshot::default());
+        assert!(text.contains("lcm_summaries_by_summarizer_total{summarizer=\"configured\"} 1"));
     }
 }

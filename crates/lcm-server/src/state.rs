@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lcm_core::config::Config;
+use lcm_core::config::{Config, ProviderKind};
 use lcm_core::ids::{AnyId, SessionId};
 use lcm_core::message::SessionInfo;
 use lcm_engine::runtime::Runtime;
@@ -32,6 +32,8 @@ pub(crate) struct Inner {
     pub metrics: Metrics,
     /// The proxy's upstream HTTP clients.
     pub upstream: crate::proxy::Upstream,
+    /// The proxy's summaries with the client's model: spend guard and counters.
+    pub client_summaries: crate::proxy::ClientSummaries,
     /// `true` once shutdown began: event streams end, readiness fails.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -39,14 +41,18 @@ pub(crate) struct Inner {
 impl AppState {
     pub(crate) fn new(runtime: Runtime, auth: Auth, shutdown: watch::Receiver<bool>) -> AppState {
         let config = Arc::new(runtime.config().clone());
+        let metrics = Metrics::new(config.llm.provider != ProviderKind::Extractive);
+        let client_summaries =
+            crate::proxy::ClientSummaries::new(&config, metrics.client_summary_calls());
         AppState {
             inner: Arc::new(Inner {
                 runtime,
                 tools: ToolRegistry::with_builtins(),
                 config,
                 auth,
-                metrics: Metrics::default(),
+                metrics,
                 upstream: crate::proxy::Upstream::new(),
+                client_summaries,
                 shutdown,
             }),
         }

@@ -132,6 +132,9 @@ async fn a_real_claude_code_session_replays_within_the_budget_and_early_details_
     let (mut setup, tmp, root) = Setup::new();
     setup.config.proxy.anthropic_base_url = upstream.url();
     setup.config.proxy.context_budget_tokens = BUDGET;
+    // The upstream replays recorded answers in order: compactions summarise offline here, not
+    // with the client's model at the same upstream (tests/proxy_client_model.rs covers that).
+    setup.config.proxy.summary_calls_per_window = 0;
     let server = start(setup, tmp, root).await;
     let counter = TokenCounter::new(server.runtime.config().tokenizer.encoding());
 

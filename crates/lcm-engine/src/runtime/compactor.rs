@@ -188,6 +188,8 @@ impl Actor for CompactorActor {
                 start_queued(&myself, state).await;
             }
             CompactorMsg::Heartbeat => {
+                // Idle session summarisers (and the credentials they hold) go on this tick too.
+                state.shared.session_summarizers.sweep();
                 for job in state.jobs.values() {
                     if let Some((_, hb, cell)) = &job.worker
                         && let Some(busy) = hb.stalled(&state.shared.config.runtime)
@@ -360,14 +362,19 @@ impl Actor for CompactionWorker {
     ) -> Result<(), ActorProcessingErr> {
         let _busy = state.heartbeat.busy();
         let shared = &state.shared;
+        // The session's own summariser when a host registered one, else the runtime's: looked
+        // up once, so the whole run uses one.
+        let (inner, by_session) = shared.summarizer_for(state.session);
         let summarizer = FaultySummarizer {
-            inner: Arc::clone(&shared.summarizer),
+            inner,
             faults: Arc::clone(&shared.faults),
             session: state.session,
         };
         let mut observer = WorkerObserver {
-            faults: Arc::clone(&shared.faults),
+            shared: Arc::clone(shared),
             session: state.session,
+            by_session,
+            model: None,
         };
         let started = Instant::now();
         let result = compact_shared(
@@ -390,25 +397,40 @@ impl Actor for CompactionWorker {
     }
 }
 
-/// Fault points around a compaction's commits.
+/// Fault points around a compaction's commits, and the event of each summary written.
 struct WorkerObserver {
-    faults: Arc<Faults>,
+    shared: Arc<Shared>,
     session: SessionId,
+    /// Whether the run summarises with the session's own summariser.
+    by_session: bool,
+    /// The model label of the summary being applied.
+    model: Option<String>,
 }
 
 impl CompactionObserver for WorkerObserver {
-    fn before_apply(&mut self, _summary: &NewSummary) {
-        self.faults
+    fn before_apply(&mut self, summary: &NewSummary) {
+        self.model = Some(summary.model.clone());
+        self.shared
+            .faults
             .hit(FaultPoint::CompactorBeforeCommit, Some(self.session));
     }
 
-    fn after_apply(&mut self, _pass: &PassReport) {
-        self.faults
+    fn after_apply(&mut self, pass: &PassReport) {
+        self.shared.emit(RuntimeEvent::SummaryWritten {
+            session: self.session,
+            summary: pass.summary,
+            level: pass.level,
+            model: self.model.take().unwrap_or_default(),
+            session_summarizer: self.by_session,
+        });
+        self.shared
+            .faults
             .hit(FaultPoint::CompactorAfterCommit, Some(self.session));
     }
 }
 
-/// The runtime's summariser with the mid-call fault point in front of it.
+/// The session's summariser (its own, or the runtime's) with the mid-call fault point in front
+/// of it.
 struct FaultySummarizer {
     inner: Arc<dyn Summarizer>,
     faults: Arc<Faults>,

@@ -1,6 +1,6 @@
 //! Events a host can subscribe to ([`crate::runtime::Runtime::subscribe`]).
 
-use lcm_core::ids::{JobId, SessionId};
+use lcm_core::ids::{JobId, SessionId, SummaryId};
 use serde::Serialize;
 
 use super::supervision::ActorKind;
@@ -32,6 +32,21 @@ pub enum RuntimeEvent {
         /// Summaries written at each escalation level: `[normal, aggressive, deterministic
         /// truncation]` (paper section 2.1, levels 1 to 3).
         summaries_by_level: [u32; 3],
+    },
+    /// A compaction wrote a summary (one per pass applied, before its run's
+    /// `CompactionFinished`).
+    SummaryWritten {
+        session: SessionId,
+        summary: SummaryId,
+        /// The escalation level that produced it (1 normal, 2 aggressive, 3 deterministic
+        /// truncation).
+        level: u8,
+        /// The model label recorded with it (the summariser's label after its last call, or
+        /// `deterministic` at level 3).
+        model: String,
+        /// Whether the run summarised with the session's own summariser (one a host registered
+        /// with [`crate::runtime::SessionHandle::set_summarizer`]) rather than the runtime's.
+        session_summarizer: bool,
     },
     /// A compaction failed after its attempts; the context is unchanged since the last applied
     /// pass (every pass is atomic).

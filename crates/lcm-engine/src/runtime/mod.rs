@@ -51,6 +51,7 @@ mod integrity;
 mod map_pool;
 mod root;
 mod session;
+mod session_summarizers;
 mod shared;
 mod subagent_window;
 mod supervision;
@@ -310,6 +311,18 @@ impl Runtime {
         &self.inner.shared.config
     }
 
+    /// The runtime's summariser: what compactions use unless their session has one of its own
+    /// ([`SessionHandle::set_summarizer`]).
+    pub fn summarizer(&self) -> &Arc<dyn Summarizer> {
+        &self.inner.shared.summarizer
+    }
+
+    /// Sessions with a summariser of their own now (entries past their idle time are dropped
+    /// first).
+    pub fn session_summarizer_count(&self) -> usize {
+        self.inner.shared.session_summarizers.len()
+    }
+
     /// The fault plan of this runtime (tests only: the `fault-injection` feature).
     #[cfg(feature = "fault-injection")]
     pub fn faults(&self) -> &Faults {
@@ -483,6 +496,9 @@ impl Runtime {
         .await
         .unwrap_or_default();
         shared.set_closing();
+        // Sessions' own summarisers (and the credentials they may hold) go now; a compaction
+        // still running keeps the one it started with until it ends.
+        shared.session_summarizers.clear();
         // Map jobs stop where they are (answers in are committed, claims given back); they stay
         // running in the store and the next runtime resumes them.
         if let Some(pool) = shared.services.map_pool.get() {
@@ -725,6 +741,64 @@ impl SessionHandle {
         let shared = &self.runtime.inner.shared;
         let ctx = delegation::tool_context(shared, Caller::main_agent(Some(self.id)));
         shared.tools.call(&ctx, name, args).await
+    }
+
+    /// Has this session's compactions summarised by `summarizer` instead of the runtime's,
+    /// until the registration is not refreshed for `idle` (then it is dropped, with whatever
+    /// the summariser holds). Replaces any summariser registered before; a compaction already
+    /// running finishes with the one it started with.
+    ///
+    /// The registration lives in memory only: it is never stored, and a new runtime starts
+    /// without any. Expiry is checked on every access and on the compactor's heartbeat.
+    pub fn set_summarizer(&self, summarizer: Arc<dyn Summarizer>, idle: Duration) {
+        self.runtime
+            .inner
+            .shared
+            .session_summarizers
+            .set(self.id, summarizer, None, idle);
+    }
+
+    /// Refreshes this session's summariser, or registers a new one: when a live registration
+    /// made with the same `tag` (a fingerprint of what the summariser is built from, chosen by
+    /// the caller) exists, its idle clock restarts (with `idle`) and nothing is built;
+    /// otherwise the summariser `make` builds replaces any registration, as
+    /// [`Self::set_summarizer`] does. Returns whether `make` ran; its error, if it failed
+    /// (the registration is then unchanged).
+    pub fn refresh_summarizer<E>(
+        &self,
+        tag: u64,
+        idle: Duration,
+        make: impl FnOnce() -> Result<Arc<dyn Summarizer>, E>,
+    ) -> Result<bool, E> {
+        let registry = &self.runtime.inner.shared.session_summarizers;
+        if registry.refresh(self.id, tag, idle) {
+            return Ok(false);
+        }
+        // Built outside the registry's lock (building may take a while); a concurrent
+        // registration for the same session is simply replaced.
+        let summarizer = make()?;
+        registry.set(self.id, summarizer, Some(tag), idle);
+        Ok(true)
+    }
+
+    /// Drops this session's own summariser; whether a live one was registered. Its compactions
+    /// use the runtime's summariser again.
+    pub fn clear_summarizer(&self) -> bool {
+        self.runtime
+            .inner
+            .shared
+            .session_summarizers
+            .remove(self.id)
+    }
+
+    /// Whether this session has a live summariser of its own (an expired one is dropped).
+    pub fn has_summarizer(&self) -> bool {
+        self.runtime
+            .inner
+            .shared
+            .session_summarizers
+            .get(self.id)
+            .is_some()
     }
 
     /// The session actor's observable state.

@@ -1,12 +1,14 @@
 //! What every actor of one runtime shares: the store (the truth), the index, the configuration,
-//! the summariser, the event channel, the fault plan, and the current references of the
-//! singleton actors (replaced by the root supervisor whenever it restarts one).
+//! the summariser (and the sessions' own, registered by hosts), the event channel, the fault
+//! plan, and the current references of the singleton actors (replaced by the root supervisor
+//! whenever it restarts one).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use lcm_core::config::Config;
+use lcm_core::ids::SessionId;
 use lcm_llm::from_config::LlmClients;
 use lcm_llm::summarize::Summarizer;
 use lcm_store::{SearchIndex, Store};
@@ -19,6 +21,7 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::Faults;
 use super::indexer::IndexerMsg;
+use super::session_summarizers::SessionSummarizers;
 use super::supervision::ActorKind;
 use super::writer::GroupWriter;
 use crate::tools::ToolRegistry;
@@ -29,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) index: Arc<SearchIndex>,
     pub(crate) config: Arc<Config>,
     pub(crate) summarizer: Arc<dyn Summarizer>,
+    /// Summarisers hosts registered for single sessions (used instead of `summarizer`).
+    pub(crate) session_summarizers: SessionSummarizers,
     /// The model for operators and sub-agents (`None`: offline, they refuse with a clear error).
     pub(crate) llm: Option<LlmClients>,
     /// The tools models can call (built-ins and the host's).
@@ -56,6 +61,7 @@ impl Shared {
             index,
             config,
             summarizer,
+            session_summarizers: SessionSummarizers::default(),
             llm,
             tools,
             events,
@@ -63,6 +69,15 @@ impl Shared {
             writer,
             services: Services::default(),
             closing: AtomicBool::new(false),
+        }
+    }
+
+    /// The summariser for `session`'s compactions: its own when a live one is registered
+    /// (`true`), else the runtime's.
+    pub(crate) fn summarizer_for(&self, session: SessionId) -> (Arc<dyn Summarizer>, bool) {
+        match self.session_summarizers.get(session) {
+            Some(summarizer) => (summarizer, true),
+            None => (Arc::clone(&self.summarizer), false),
         }
     }
 

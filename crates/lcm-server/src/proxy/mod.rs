@@ -32,7 +32,13 @@
 //!
 //! The proxy's own tool rounds are not stored (they are searches of what is stored); the
 //! client's system prompt is not stored either (it is sent with every request).
+//!
+//! Summaries: without `[llm]`, each request also registers the client's model (with its
+//! credentials, in memory only) as its session's summariser, behind a spend guard and with the
+//! offline summariser as fallback (`client_model.rs`). Answers say which summariser wrote the
+//! session's most recent summary (`x-lcm-summarizer`).
 
+mod client_model;
 mod conversation;
 mod fit;
 mod shape;
@@ -48,7 +54,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use lcm_core::config::MIN_PROXY_BUDGET_TOKENS;
+use lcm_core::config::{MIN_PROXY_BUDGET_TOKENS, ProviderKind};
+use lcm_core::ids::SessionId;
 use lcm_core::message::NewMessage;
 use lcm_core::tokens::TokenCounter;
 use lcm_engine::runtime::SessionHandle;
@@ -60,6 +67,9 @@ use serde_json::{Map, Value, json};
 use crate::auth::Principal;
 use crate::error::{ApiError, RawBody, parse_json};
 use crate::state::AppState;
+pub(crate) use client_model::ClientSummaries;
+pub use client_model::{CLIENT_LABEL_PREFIX, SUMMARIZER_HEADER};
+use client_model::{ClientModel, summarizer_header};
 use conversation::{
     ClientMessage, STORED_WINDOW, already_stored, answer_key, derived_key, fingerprint,
     message_key, parse_client_message, prompt_text, request_fingerprint,
@@ -406,6 +416,8 @@ fn too_small(budget: u64, tokens: u64) -> ApiError {
 struct SessionTags {
     key: String,
     id: String,
+    /// The summariser of the session's most recent summary ([`SUMMARIZER_HEADER`]), if any.
+    summarizer: Option<&'static str>,
 }
 
 impl SessionTags {
@@ -415,6 +427,37 @@ impl SessionTags {
         }
         if let Ok(value) = HeaderValue::from_str(&self.id) {
             headers.insert(SESSION_ID_HEADER, value);
+        }
+        if let Some(summarizer) = self.summarizer {
+            headers.insert(SUMMARIZER_HEADER, HeaderValue::from_static(summarizer));
+        }
+    }
+}
+
+/// Which summariser wrote `session`'s most recent summary (the newest is always at the top
+/// of its context, never under a later one), as [`SUMMARIZER_HEADER`] says it; `None` before
+/// its first summary (or when the store cannot say).
+async fn latest_summarizer(state: &AppState, session: SessionId) -> Option<&'static str> {
+    let configured = state.inner.config.llm.provider != ProviderKind::Extractive;
+    let found = state
+        .blocking(move |store| {
+            let context = store.context(session)?;
+            let Some(newest) = context.summaries.iter().max().copied() else {
+                return Ok(None);
+            };
+            let summary = store.summary(newest)?;
+            Ok(Some(summarizer_header(
+                summary.level,
+                &summary.model,
+                configured,
+            )))
+        })
+        .await;
+    match found {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::debug!(%session, error = %error.message, "proxy: the newest summary is unreadable");
+            None
         }
     }
 }
@@ -453,10 +496,32 @@ async fn turn(
     }
     let handle = Arc::new(state.runtime().session(&key).await?);
     let session = handle.id();
-    let tags = SessionTags {
+    let mut tags = SessionTags {
         key,
         id: session.to_string(),
+        summarizer: None,
     };
+    // lcm's own token came in Authorization unless it came in x-lcm-token: never forward it.
+    let strip_authorization = state.inner.auth.enabled() && !headers.contains_key(TOKEN_HEADER);
+    // Without [llm], the client's model summarises this session (before anything below may
+    // start a compaction).
+    let client_summaries = &state.inner.client_summaries;
+    if client_summaries.enabled()
+        && let Some(client) = ClientModel::from_request(
+            shape,
+            &state.inner.config,
+            &request.base,
+            headers,
+            strip_authorization,
+        )
+    {
+        client_summaries.register(
+            &handle,
+            client,
+            &state.inner.config,
+            state.runtime().summarizer(),
+        );
+    }
 
     // Store what the session does not hold yet.
     let sent: Vec<u64> = request
@@ -501,8 +566,6 @@ async fn turn(
     let mut plan = Plan::new(shape, counter, context, &request.messages);
 
     let url = upstream_url(config, shape, shape.endpoint());
-    // lcm's own token came in Authorization unless it came in x-lcm-token: never forward it.
-    let strip_authorization = state.inner.auth.enabled() && !headers.contains_key(TOKEN_HEADER);
     let forward = forward_headers(headers, strip_authorization);
     let timeout = Duration::from_secs(config.timeout_s);
     let injecting = !injected.names.is_empty();
@@ -532,12 +595,14 @@ async fn turn(
         let bytes = serde_json::to_vec(&upstream_body)
             .map_err(|e| ApiError::internal(format!("cannot encode the upstream request: {e}")))?;
         metrics.record_upstream_call(shape.name());
-        let mut response = match state
+        let sent = state
             .inner
             .upstream
             .post(&url, forward.clone(), bytes, timeout)
-            .await
-        {
+            .await;
+        // Read once the upstream answered: a compaction may have finished meanwhile.
+        tags.summarizer = latest_summarizer(state, session).await;
+        let mut response = match sent {
             Ok(response) => response,
             Err(error) => return Ok(unreachable(state, shape, "POST", &url, &error, Some(&tags))),
         };
