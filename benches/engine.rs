@@ -1,7 +1,8 @@
 //! Engine benchmarks: context assembly against history length (a session of 100,000 and of
 //! 1,000,000 messages with a deep DAG: assembly should not depend on history), the engine
-//! overhead of one compaction pass with a summariser that answers instantly, and the extractive
-//! summariser's throughput. `LCM_BENCH_QUICK=1` runs the 100,000 case only.
+//! overhead of one compaction pass with a summariser that answers instantly, the extractive
+//! summariser's throughput, and the structured summariser's (digest and rendering) on agent
+//! work beside the extractive one on the same span. `LCM_BENCH_QUICK=1` runs the 100,000 case only.
 
 #[path = "support/corpus.rs"]
 mod corpus;
@@ -11,11 +12,13 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use lcm::core::config::CompactionConfig;
+use lcm::core::digest::OpenItems;
 use lcm::core::message::NewMessage;
 use lcm::core::summary::{NewSummary, NodeRef, SummaryKind};
 use lcm::engine::{assemble, compact};
+use lcm::llm::structured::{extract, render};
 use lcm::llm::summarize::{Summarizer, SummaryCall};
-use lcm::llm::{Completion, ExtractiveSummarizer, ProviderError};
+use lcm::llm::{Completion, ExtractiveSummarizer, ProviderError, StructuredSummarizer};
 use lcm::store::{ApplyOutcome, Store, StoreOptions};
 use lcm::{Encoding, SessionId, TokenCounter};
 use std::time::Instant;
@@ -254,9 +257,11 @@ fn compaction_overhead(c: &mut Criterion) {
     );
     let mut round = 0u64;
     let instant = InstantSummarizer;
+    let structured = StructuredSummarizer::new(counter());
     for (name, summarizer) in [
         ("one_leaf_pass_engine_only", &instant as &dyn Summarizer),
         ("one_leaf_pass_extractive", &summarizer as &dyn Summarizer),
+        ("one_leaf_pass_structured", &structured as &dyn Summarizer),
     ] {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
@@ -301,6 +306,131 @@ fn compaction_overhead(c: &mut Criterion) {
         b.iter(|| summarizer.summarize_text(std::hint::black_box(&text), 1_200))
     });
     group.finish();
+
+    // The structured summariser on agent work: a span of tool exchanges (commands with output,
+    // reads, edits) of about 1 MiB, as the compactor gives it: the digest from the messages,
+    // then its rendering to a leaf target; the extractive summariser on the same span's text.
+    let span = agent_span(1 << 20);
+    let span_text: String = span
+        .iter()
+        .map(|m| lcm::core::message::search_text(&m.parts).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let none = |_: &str| None;
+    let mut group = c.benchmark_group("structured");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
+    group.throughput(Throughput::Bytes(span_text.len() as u64));
+    group.bench_function("digest_and_render_1MiB_agent_span_to_1200_tokens", |b| {
+        b.iter(|| {
+            let digest = extract(std::hint::black_box(&span), &OpenItems::default(), &none);
+            render(&digest, 0, 1_200, &counter())
+        })
+    });
+    group.bench_function("extractive_same_span_to_1200_tokens", |b| {
+        b.iter(|| summarizer.summarize_text(std::hint::black_box(&span_text), 1_200))
+    });
+    group.finish();
+}
+
+/// Agent work of about `bytes` bytes: rounds of a statement of intent, a shell command with
+/// its output (every fifth one failing), a file read and an edit.
+fn agent_span(bytes: usize) -> Vec<lcm::core::message::Message> {
+    use lcm::core::message::{Message, Part, Role, SourceFormat};
+    let words = corpus::Words::new(20_000);
+    let mut out: Vec<Message> = Vec::new();
+    // Appends a message; returns the bytes of its text.
+    let push = |role: Role, parts: Vec<Part>, out: &mut Vec<Message>| -> usize {
+        let bytes = lcm::core::message::search_text(&parts).len();
+        let n = out.len() as u64;
+        out.push(Message {
+            id: lcm::MessageId(n),
+            session: SessionId(0),
+            seq: n,
+            role,
+            created_at: lcm::core::time::Timestamp(0),
+            token_count: 0,
+            parts,
+            source: SourceFormat::Lcm,
+        });
+        bytes
+    };
+    let mut i = 0u64;
+    let mut size = 0;
+    while size < bytes {
+        let prose = lcm::core::message::search_text(&corpus::message(&words, i).parts).into_owned();
+        let call = format!("call_{i}");
+        size += push(
+            Role::Assistant,
+            vec![
+                Part::Text {
+                    text: format!("Now let me run the tests for module_{i}. {prose}"),
+                },
+                Part::ToolCall {
+                    id: call.clone(),
+                    name: "Bash".into(),
+                    arguments: format!(
+                        r#"{{"command":"cargo test -p crate_{} module_{i}"}}"#,
+                        i % 7
+                    ),
+                },
+            ],
+            &mut out,
+        );
+        let output = if i.is_multiple_of(5) {
+            format!("Exit code 101\n{prose}\nerror[E0308]: mismatched types in module_{i}\n")
+        } else {
+            format!("{prose}\ntest result: ok. 12 passed; 0 failed\n")
+        };
+        size += push(
+            Role::Tool,
+            vec![Part::ToolResult {
+                call_id: call,
+                content: output,
+                is_error: i.is_multiple_of(5),
+            }],
+            &mut out,
+        );
+        let (read, edit) = (format!("read_{i}"), format!("edit_{i}"));
+        size += push(
+            Role::Assistant,
+            vec![
+                Part::ToolCall {
+                    id: read.clone(),
+                    name: "Read".into(),
+                    arguments: format!(r#"{{"file_path":"/repo/src/module_{}.rs"}}"#, i % 40),
+                },
+                Part::ToolCall {
+                    id: edit.clone(),
+                    name: "Edit".into(),
+                    arguments: format!(
+                        r#"{{"file_path":"/repo/src/module_{}.rs","old_string":"a","new_string":"b"}}"#,
+                        i % 40
+                    ),
+                },
+            ],
+            &mut out,
+        );
+        size += push(
+            Role::Tool,
+            vec![
+                Part::ToolResult {
+                    call_id: read,
+                    content: prose.repeat(3),
+                    is_error: false,
+                },
+                Part::ToolResult {
+                    call_id: edit,
+                    content: "The file has been updated.".into(),
+                    is_error: false,
+                },
+            ],
+            &mut out,
+        );
+        i += 1;
+    }
+    out
 }
 
 criterion_group!(benches, assembly, compaction_overhead);

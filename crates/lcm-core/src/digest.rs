@@ -332,6 +332,10 @@ impl Digest {
         merged.errors = open.errors;
         merged.commitments = open.commitments;
         merged.resolved = resolved;
+        // Deep summaries cover whole sessions: their digests keep the newest commands and
+        // decisions (rendering groups and cuts them anyway), so a digest stays small to read.
+        keep_newest(&mut merged.commands, MERGED_COMMANDS);
+        keep_newest(&mut merged.decisions, MERGED_DECISIONS);
         merged
     }
 
@@ -362,6 +366,17 @@ impl Digest {
     /// Whether the span was agent work (commands, files or tools), rather than conversation.
     pub fn is_agent_work(&self) -> bool {
         !(self.commands.is_empty() && self.files.is_empty() && self.tools.is_empty())
+    }
+}
+
+/// Most commands a merged digest keeps (the newest).
+pub const MERGED_COMMANDS: usize = 200;
+/// Most decisions a merged digest keeps (the newest).
+pub const MERGED_DECISIONS: usize = 100;
+
+fn keep_newest<T>(items: &mut Vec<T>, most: usize) {
+    if items.len() > most {
+        items.drain(..items.len() - most);
     }
 }
 
@@ -491,6 +506,26 @@ mod tests {
         assert_eq!(texts, ["fix it", "and test it"]);
         assert_eq!(merged.tools[0].calls, 3);
         assert!(merged.is_agent_work());
+    }
+
+    #[test]
+    fn merged_digests_keep_the_newest_commands() {
+        let child = |from: u64| Digest {
+            commands: (from..from + 100)
+                .map(|i| CommandRun {
+                    message: MessageId(i),
+                    command: format!("cargo test {i}"),
+                    key: "cargo test".into(),
+                    outcome: "ok".into(),
+                    ok: true,
+                })
+                .collect(),
+            ..Digest::default()
+        };
+        let merged = Digest::merge([&child(0), &child(100), &child(200)]);
+        assert_eq!(merged.commands.len(), MERGED_COMMANDS);
+        assert_eq!(merged.commands[0].message, MessageId(100));
+        assert_eq!(merged.commands[199].message, MessageId(299));
     }
 
     #[test]

@@ -41,7 +41,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use lcm_core::config::CompactionConfig;
-use lcm_core::digest::{Commitment, Digest, open_items};
+use lcm_core::digest::{Commitment, CommitmentKind, Digest, open_items};
 use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part};
 use lcm_core::summary::{NewSummary, NodeRef, SummaryKind};
@@ -281,13 +281,14 @@ async fn run(
         }
         let tail_max_tokens = (config.fresh_tail_max_share * budget as f64) as u64;
         let excess = ctx.tokens.saturating_sub(aim);
-        let Some(pass) = plan(
+        let planned = plan(
             &ctx.items,
             config,
             ctx.tokens > hard,
             tail_max_tokens,
             excess,
-        ) else {
+        );
+        let Some(pass) = planned else {
             break;
         };
         let prepare_config = config.clone();
@@ -309,10 +310,18 @@ async fn run(
         // for it. The whole must stay smaller than what it replaces (or passes would not
         // converge): when it would not, only the newest commitments that fit are listed (the
         // digest keeps them all).
-        let open = request
+        // Requests are listed by the summary's own requests section (and in the context's
+        // block while open); the text carries the agent's intents and to-dos.
+        let open: Vec<Commitment> = request
             .digest
             .as_ref()
-            .map(|d| d.commitments.clone())
+            .map(|d| {
+                d.commitments
+                    .iter()
+                    .filter(|c| c.kind != CommitmentKind::Request)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         let commitments_tokens = count_u32(counter, &summary_commitments(&open));
         request.target_tokens = request
@@ -459,6 +468,45 @@ pub fn plan(
         });
     }
 
+    // Still above the goal with no full run of summaries and nothing raw outside the fresh
+    // tail: condense a shorter run of same-depth summaries (two or more), then let the fresh
+    // tail yield its oldest messages, down to what fits with the aim. Otherwise every turn of
+    // a small window would end over the soft threshold and start a compaction that can do
+    // nothing.
+    if excess > 0 {
+        let mut start = 0;
+        while start < summaries.len() {
+            let depth = summaries[start].1;
+            let len = summaries[start..]
+                .iter()
+                .take_while(|s| s.1 == depth)
+                .count();
+            let run = &summaries[start..start + len.min(fanout)];
+            let allowed = config.max_depth.is_none_or(|max| depth < max);
+            if run.len() >= 2 && allowed && worth_summarising(span_tokens(run)) {
+                return Some(Pass::Condensed {
+                    depth: depth + 1,
+                    summaries: ids(run),
+                });
+            }
+            start += len;
+        }
+        // The span stops as soon as it removes the excess, so the tail keeps all it can.
+        let eligible = raw
+            .len()
+            .saturating_sub(MIN_RAW_MESSAGES.min(config.fresh_tail));
+        if let Some(end) = leaf_span_end(
+            &raw[..eligible],
+            config.leaf_chunk_tokens,
+            preferred,
+            &|tokens| leaf_savings(tokens, config) >= excess,
+        ) {
+            return Some(Pass::Leaf {
+                messages: raw[..end].iter().map(|m| m.id).collect(),
+            });
+        }
+    }
+
     // Above the hard threshold with no raw span left: condense the oldest run of same-depth
     // summaries even if it is shorter than the fanout (a single summary is re-summarised one
     // level deeper), passing over runs too small to be worth a summary (a lone summary of a
@@ -488,16 +536,26 @@ pub fn plan(
 /// The target of a summary over `input_tokens`: the configured size, but never above a third
 /// of what it replaces (so small spans shrink too), and at least the smallest useful summary.
 fn summary_target(configured: u32, input_tokens: u64) -> u32 {
+    shrinking_target(configured, input_tokens, 3)
+}
+
+/// [`summary_target`] with another share: a condensed summary may take half of what it
+/// replaces, since its sources are already dense (every file they name must still fit).
+fn shrinking_target(configured: u32, input_tokens: u64, share: u64) -> u32 {
     configured
-        .min(u32::try_from(input_tokens / 3).unwrap_or(u32::MAX))
+        .min(u32::try_from(input_tokens / share).unwrap_or(u32::MAX))
         .max(MIN_SUMMARY_TOKENS)
 }
 
-/// What a leaf pass over `tokens` removes from the context at least: the span, less its
-/// summary at full target and the header.
+/// What a leaf pass over `tokens` is expected to remove from the context: the span, less a
+/// summary of a sixth of it (at most the target) and the header. Summaries of agent work come
+/// out well under their target, so counting them at full target would leave the context far
+/// below the aim; when one comes out larger, the run simply makes one more pass.
 fn leaf_savings(tokens: u64, config: &CompactionConfig) -> u64 {
-    let summary = summary_target(config.leaf_target_tokens, tokens) + SUMMARY_HEADER_TOKENS;
-    tokens.saturating_sub(u64::from(summary))
+    let expected = summary_target(config.leaf_target_tokens, tokens)
+        .min(u32::try_from(tokens / 6).unwrap_or(u32::MAX))
+        + SUMMARY_HEADER_TOKENS;
+    tokens.saturating_sub(u64::from(expected))
 }
 
 /// How many of the newest `raw` messages fit in `max_tokens` together.
@@ -591,6 +649,14 @@ fn summary_commitments_of(open: &[Commitment], shown: usize) -> String {
     section
 }
 
+/// A summary's text without the open-commitments section the engine appended to it.
+fn without_commitments(content: &str) -> &str {
+    match content.rfind("\n\nOpen commitments:\n") {
+        Some(at) => &content[..at],
+        None => content,
+    }
+}
+
 /// `text` with the open-commitments section of as many of the newest of `open` as keep the
 /// whole under `input_tokens` (the text itself already is).
 fn with_commitments(
@@ -680,9 +746,14 @@ fn prepare(
                 let s = reader.summary(*id)?;
                 input_tokens += u64::from(s.token_count);
                 add_files(&mut s.file_ids.iter().copied());
+                // Without the sources' commitments sections: the engine writes the merged one.
                 content.push_str(&format!(
                     "[{} depth {} {}..{}]\n{}\n\n",
-                    s.id, s.depth, s.earliest_at, s.latest_at, s.content
+                    s.id,
+                    s.depth,
+                    s.earliest_at,
+                    s.latest_at,
+                    without_commitments(&s.content)
                 ));
             }
             (
@@ -693,7 +764,10 @@ fn prepare(
             )
         }
     };
-    let target = summary_target(target, input_tokens);
+    let target = match kind {
+        SummaryKind::Leaf => summary_target(target, input_tokens),
+        SummaryKind::Condensed => shrinking_target(target, input_tokens, 2),
+    };
     let request = SummaryRequest {
         content,
         input_tokens: u32::try_from(input_tokens).unwrap_or(u32::MAX),

@@ -644,11 +644,22 @@ async fn requests_sent_upstream_stay_within_the_budget() {
         );
         assert_eq!(sent.last().unwrap()["role"], "user");
     }
-    // The recent turns are all there (the old, large message is what had to give way).
+    // The newest turn is there verbatim, and every earlier one is either raw or under a summary
+    // the request carries (at a context budget this small, compaction above the hard
+    // threshold may summarise all but the newest two messages).
     let last = upstream.requests().pop().unwrap();
     let sent = last.body["messages"].as_array().unwrap();
-    assert_eq!(sent.len(), 8, "{sent:?}");
     assert_eq!(sent[sent.len() - 2]["content"], "Read part 2.");
+    let sent_text = serde_json::to_string(sent).unwrap();
+    for turn in 0..2 {
+        let raw = sent
+            .iter()
+            .any(|m| m["content"] == format!("Read part {turn}."));
+        assert!(
+            raw || sent_text.contains("<lcm_summary"),
+            "turn {turn}: {sent:?}"
+        );
+    }
     // The first message, larger than the whole budget, was compacted (the fresh tail yields in
     // tokens) or shortened for the request, and says where the rest is.
     let first = upstream.requests()[0].body["messages"][1]["content"]

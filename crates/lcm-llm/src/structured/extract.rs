@@ -545,3 +545,244 @@ fn file_action(name: &str, args: &Value) -> Option<FileAction> {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use lcm_core::digest::ItemRef;
+    use lcm_core::ids::SessionId;
+    use lcm_core::message::SourceFormat;
+    use lcm_core::time::Timestamp;
+
+    use super::*;
+
+    fn message(id: u64, role: Role, parts: Vec<Part>) -> Message {
+        Message {
+            id: MessageId(id),
+            session: SessionId(1),
+            seq: id,
+            role,
+            created_at: Timestamp(0),
+            token_count: 0,
+            parts,
+            source: SourceFormat::Lcm,
+        }
+    }
+
+    fn text(text: &str) -> Part {
+        Part::Text { text: text.into() }
+    }
+
+    fn call(id: &str, name: &str, args: &str) -> Part {
+        Part::ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: args.into(),
+        }
+    }
+
+    fn result(id: &str, content: &str, is_error: bool) -> Part {
+        Part::ToolResult {
+            call_id: id.into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+
+    fn span() -> Vec<Message> {
+        vec![
+            message(
+                1,
+                Role::User,
+                vec![text("<command-name>/clear</command-name>")],
+            ),
+            message(
+                2,
+                Role::User,
+                vec![text("Please fix the failing parser test.")],
+            ),
+            message(
+                3,
+                Role::Assistant,
+                vec![
+                    text("Let me run the tests. After that I'll update CHANGELOG.md."),
+                    call(
+                        "c1",
+                        "Bash",
+                        r#"{"command":"cd /r && cargo test -p parser"}"#,
+                    ),
+                ],
+            ),
+            message(
+                4,
+                Role::Tool,
+                vec![result(
+                    "c1",
+                    "Exit code 101\nerror[E0308]: mismatched types",
+                    true,
+                )],
+            ),
+            message(
+                5,
+                Role::Assistant,
+                vec![call(
+                    "c2",
+                    "Edit",
+                    r#"{"file_path":"/r/src/parse.rs","old_string":"a","new_string":"b"}"#,
+                )],
+            ),
+            message(6, Role::Tool, vec![result("c2", "updated", false)]),
+            message(
+                7,
+                Role::Assistant,
+                vec![call("c3", "Bash", r#"{"command":"cargo test -p parser"}"#)],
+            ),
+            message(
+                8,
+                Role::Tool,
+                vec![result("c3", "test result: ok. 4 passed; 0 failed", false)],
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_span_of_agent_work_becomes_its_digest() {
+        let lookup = |path: &str| (path == "/r/src/parse.rs").then_some(FileId(9));
+        let digest = extract(&span(), &OpenItems::default(), &lookup);
+        // The harness's notice is not a request; the user's words are.
+        let requests: Vec<&str> = digest.requests.iter().map(|r| r.text.as_str()).collect();
+        assert_eq!(requests, ["Please fix the failing parser test."]);
+        assert_eq!(digest.commands.len(), 2);
+        assert_eq!(digest.commands[0].command, "cargo test -p parser");
+        assert_eq!(
+            digest.commands[0].outcome,
+            "exit 101: error[E0308]: mismatched types"
+        );
+        assert!(!digest.commands[0].ok);
+        assert_eq!(
+            digest.commands[1].outcome,
+            "ok: test result: ok. 4 passed; 0 failed"
+        );
+        // The later success of the same command resolved the failure.
+        assert!(digest.errors.is_empty(), "{:?}", digest.errors);
+        assert_eq!(
+            digest.files,
+            [FileTouch {
+                path: "/r/src/parse.rs".into(),
+                action: FileAction::Edited,
+                file: Some(FileId(9)),
+                message: MessageId(5),
+            }]
+        );
+        // "run the tests" was done by the next call; the changelog and the request are open.
+        let open: Vec<(u64, CommitmentKind, &str)> = digest
+            .commitments
+            .iter()
+            .map(|c| (c.message.0, c.kind, c.text.as_str()))
+            .collect();
+        assert_eq!(
+            open,
+            [
+                (
+                    2,
+                    CommitmentKind::Request,
+                    "Please fix the failing parser test."
+                ),
+                (
+                    3,
+                    CommitmentKind::Intent,
+                    "After that I'll update CHANGELOG.md"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn carried_items_are_resolved_by_a_later_span() {
+        let first = extract(&span()[..4], &OpenItems::default(), &|_| None);
+        assert_eq!(
+            first.errors.len(),
+            1,
+            "the failure is open at the end of the first span"
+        );
+        let carried = lcm_core::digest::open_items([&first]);
+        let later = vec![
+            message(
+                10,
+                Role::Assistant,
+                vec![call("c9", "Bash", r#"{"command":"cargo test -p parser"}"#)],
+            ),
+            message(11, Role::Tool, vec![result("c9", "ok", false)]),
+            message(
+                12,
+                Role::Assistant,
+                vec![call(
+                    "c10",
+                    "Edit",
+                    r#"{"file_path":"/r/CHANGELOG.md","old_string":"a","new_string":"b"}"#,
+                )],
+            ),
+            message(13, Role::User, vec![text("Thanks. Now the docs.")]),
+        ];
+        let second = extract(&later, &carried, &|_| None);
+        let resolved: Vec<(ItemRef, u64)> =
+            second.resolved.iter().map(|r| (r.item, r.by.0)).collect();
+        assert!(
+            resolved.contains(&(first.errors[0].item(), 11)),
+            "{resolved:?}"
+        );
+        let intent = first
+            .commitments
+            .iter()
+            .find(|c| c.kind == CommitmentKind::Intent)
+            .unwrap();
+        assert!(resolved.contains(&(intent.item(), 12)), "{resolved:?}");
+        // The request is fulfilled by the turn that answered it, once the user speaks again.
+        let request = first
+            .commitments
+            .iter()
+            .find(|c| c.kind == CommitmentKind::Request)
+            .unwrap();
+        assert!(resolved.contains(&(request.item(), 12)), "{resolved:?}");
+        // Nothing open of the first span is left; the new request is open.
+        let open = lcm_core::digest::open_items([&first, &second]);
+        assert!(open.errors.is_empty());
+        assert_eq!(open.commitments.len(), 1);
+        assert_eq!(open.commitments[0].message, MessageId(13));
+    }
+
+    #[test]
+    fn a_todo_list_opens_and_closes_its_items() {
+        let todos = |items: &str| format!(r#"{{"todos":[{items}]}}"#);
+        let span = vec![
+            message(
+                1,
+                Role::Assistant,
+                vec![call(
+                    "t1",
+                    "TodoWrite",
+                    &todos(
+                        r#"{"content":"Write the parser","status":"in_progress"},{"content":"Add tests","status":"pending"}"#,
+                    ),
+                )],
+            ),
+            message(
+                2,
+                Role::Assistant,
+                vec![call(
+                    "t2",
+                    "TodoWrite",
+                    &todos(
+                        r#"{"content":"Write the parser","status":"completed"},{"content":"Add tests","status":"pending"}"#,
+                    ),
+                )],
+            ),
+        ];
+        let digest = extract(&span, &OpenItems::default(), &|_| None);
+        let open: Vec<&str> = digest.commitments.iter().map(|c| c.text.as_str()).collect();
+        assert_eq!(open, ["Add tests"]);
+        assert!(
+            digest.tools.is_empty(),
+            "a to-do list is not tallied as another tool"
+        );
+    }
+}

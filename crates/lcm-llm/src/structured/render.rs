@@ -3,7 +3,8 @@
 //! Sections, in this order: requests, unresolved errors, files, commands, decisions, other
 //! tools. When everything does not fit, items are kept by tier (requests and errors first,
 //! then edited files and failed commands, then read files and other commands, then decisions,
-//! then the tool tally), and a section that lost items says how many (`… 4 more`). Condensed
+//! then the tool tally; in a condensed summary every file comes before the commands), and a
+//! section that lost items says how many (`… 4 more`). Condensed
 //! summaries (depth 1 and more) show commands grouped by what they run, with their count and
 //! their last outcome, so depth adds abstraction rather than repetition.
 
@@ -70,13 +71,15 @@ pub fn render(digest: &Digest, depth: u32, target_tokens: u32, counter: &TokenCo
     for e in &digest.errors {
         push(ERRORS, 0, format!("- {}: {}", e.message, e.text));
     }
+    // A leaf keeps every command's outcome beside the files it read; a condensed summary keeps
+    // every file first (its commands are grouped, and a failure that mattered is in errors).
     for f in &digest.files {
         let (section, tier) = match f.action {
             FileAction::Edited => (FILES_EDITED, 1),
             FileAction::Created => (FILES_CREATED, 1),
-            FileAction::Read => (FILES_READ, 2),
+            FileAction::Read => (FILES_READ, if depth == 0 { 2 } else { 1 }),
         };
-        push(section, tier, file_entry(f, &root));
+        push(section, tier, file_entry(f, &root, depth));
     }
     if depth == 0 {
         for c in &digest.commands {
@@ -84,7 +87,7 @@ pub fn render(digest: &Digest, depth: u32, target_tokens: u32, counter: &TokenCo
         }
     } else {
         for (line, ok) in grouped_commands(&digest.commands) {
-            push(COMMANDS, if ok { 2 } else { 1 }, line);
+            push(COMMANDS, if ok { 3 } else { 2 }, line);
         }
     }
     // Newest decisions matter most: kept from the end.
@@ -188,12 +191,13 @@ fn assemble(items: &[Item], chosen: &[bool], root: &str) -> String {
     out
 }
 
-/// A file as its section lists it: its path under the common root, and its record.
-fn file_entry(f: &FileTouch, root: &str) -> String {
+/// A file as its section lists it: its path under the common root, and in a leaf its record
+/// (a condensed summary's header lists every record under it already).
+fn file_entry(f: &FileTouch, root: &str, depth: u32) -> String {
     let path = f.path.strip_prefix(root).unwrap_or(&f.path);
     match f.file {
-        Some(id) => format!("{path} ({id})"),
-        None => path.to_owned(),
+        Some(id) if depth == 0 => format!("{path} ({id})"),
+        _ => path.to_owned(),
     }
 }
 

@@ -593,6 +593,7 @@ mod tests {
             level: EscalationLevel::Normal,
             target_tokens: 40,
             temperature: 0.2,
+            digest: None,
         };
         let expected = offline.summarize(&call).await.unwrap();
         // First call: admitted, fails (nothing listens), answered offline.
