@@ -2,7 +2,7 @@
 //!
 //! A coding agent's transcript is mostly tool traffic. Scoring its sentences (the extractive
 //! summariser) keeps file paths, numbered source lines and log lines, and loses the user's
-//! request, what was decided and what failed. This summariser renders the span's [`Digest`]
+//! request, what was decided and what failed. This summariser renders the span's [`Digest`](lcm_core::digest::Digest)
 //! instead, in sections: the user's requests in their own words, unresolved errors, files
 //! edited / written / read (with their `file_N` records), commands with their outcome line
 //! (exit status, test counts, the first error line), decisions and findings, other tools.
@@ -13,10 +13,10 @@
 //! extractive summariser over the text, as do calls without a digest. Deterministic, within the
 //! escalation's token targets.
 //!
-//! - [`extract`]: messages to a digest, with the open items (commitments, errors) it carries
+//! - [`extract`](mod@extract): messages to a digest, with the open items (commitments, errors) it carries
 //!   and resolves;
-//! - [`commitments`]: intent detection and what fulfils or drops a commitment;
-//! - [`commands`]: command labels, keys and outcome lines;
+//! - [`commitments`](mod@commitments): intent detection and what fulfils or drops a commitment;
+//! - [`commands`](mod@commands): command labels, keys and outcome lines;
 //! - [`render`](mod@render): a digest to text within a target.
 
 pub mod commands;
