@@ -23,7 +23,11 @@
 //! request the user made, an item of its to-do list, made in messages now summarised and not
 //! fulfilled by anything after them, the raw tail included), one **open commitments** block
 //! follows the summaries ([`ContextItem::Commitments`]), so that they are never compacted away.
-//! Fitting a budget keeps it (it is small: at most [`BLOCK_COMMITMENTS`] lines).
+//! Fitting a budget keeps it (it is small: at most [`BLOCK_COMMITMENTS`] lines). Besides a
+//! compaction, the block is the one thing before the raw tail that can change: when a new
+//! message fulfils one of its commitments it leaves the block at once, which costs a provider
+//! one prompt-cache miss from the block on (at most once per commitment), rather than show the
+//! model as open what it has just done.
 //!
 //! Tool pairing: a tool result is only sent right after the assistant message that made the
 //! call, and a call only with its result. A call or result whose partner is not in the context
