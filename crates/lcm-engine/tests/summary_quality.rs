@@ -290,6 +290,13 @@ async fn run(
         let store = Store::open_in_memory(StoreOptions::new(counter)).unwrap();
         let (session, use_after) = replay(&store, messages, budget, &config, summarizer).await;
         let mut q = measure(&store, session, messages);
+        if std::env::var_os("LCM_QUALITY_SHOW").is_some() {
+            // The first leaf and the deepest summary, to read.
+            let all = store.session_summaries(session).unwrap();
+            for s in all.iter().take(1).chain(all.iter().max_by_key(|s| s.depth)) {
+                eprintln!("--- {} depth {}:\n{}", s.id, s.depth, s.content);
+            }
+        }
         q.use_after = use_after;
         eprintln!(
             "{label} {budget} {name}: requests {:?} files leaf {:?} condensed {:?} commands {:?} use after median {:.2}",

@@ -389,6 +389,21 @@ fn coordinated(clause: &str) -> Vec<&str> {
     parts
 }
 
+/// Whether an intent is about the agent's very next step ("let me check the config", "now add
+/// the route", "run the tests:"), rather than later work ("after that I'll update the docs",
+/// "next, I'll commit").
+pub fn is_immediate(intent: &str) -> bool {
+    static LATER: LazyLock<Regex> = LazyLock::new(|| {
+        compile(r"(?i)\b(?:after|afterwards|later|once|when|then|next time|eventually|finally)\b")
+    });
+    static NOW: LazyLock<Regex> = LazyLock::new(|| {
+        compile(
+            r"(?i)^(?:(?:ok(?:ay)?|good|great|now|first|so),?\s+)*(?:let me|let's|i'll now|now i'll|i will now)\b",
+        )
+    });
+    !LATER.is_match(intent) && (NOW.is_match(intent) || IMPERATIVE.is_match(intent))
+}
+
 /// Whether a later statement says the work of `terms` is done.
 pub fn states_done(statement: &str, terms: &KeyTerms) -> bool {
     !terms.is_empty() && DONE.is_match(statement) && terms.named_in(&statement.to_lowercase())
@@ -458,6 +473,15 @@ mod tests {
         ));
         assert!(user_drops("never mind, leave it"));
         assert!(!user_drops("please stop the server when done"));
+    }
+
+    #[test]
+    fn immediate_intents() {
+        assert!(is_immediate("Let me check the others too"));
+        assert!(is_immediate("Now add the route"));
+        assert!(!is_immediate("After that I'll update CHANGELOG.md"));
+        assert!(!is_immediate("I'll update the docs once the tests pass"));
+        assert!(!is_immediate("Next, I'll commit"));
     }
 
     #[test]

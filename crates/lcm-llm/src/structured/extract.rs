@@ -13,7 +13,9 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::commands::{command_key, command_label, outcome_line, shell_command};
-use super::commitments::{KeyTerms, intents, states_done, states_dropped, user_drops};
+use super::commitments::{
+    KeyTerms, intents, is_immediate, states_done, states_dropped, user_drops,
+};
 use super::text::{compile, sentences, shorten_words};
 
 /// Most words of a request as summaries keep it.
@@ -108,6 +110,9 @@ enum Call {
 struct Open {
     commitment: Commitment,
     terms: KeyTerms,
+    /// Said of the next step ("let me check the config", "now add the route"): the agent's
+    /// next action is it, whatever that action names.
+    immediate: bool,
     /// Made before the span (its resolution goes to `Digest::resolved`).
     carried: bool,
 }
@@ -171,6 +176,7 @@ impl<'a> Tracker<'a> {
                 .iter()
                 .map(|c| Open {
                     terms: KeyTerms::of(&c.text),
+                    immediate: c.kind == CommitmentKind::Intent && is_immediate(&c.text),
                     commitment: c.clone(),
                     carried: true,
                 })
@@ -259,6 +265,7 @@ impl<'a> Tracker<'a> {
         self.made.push((commitment.clone(), None));
         self.open.push(Open {
             terms: KeyTerms::of(&commitment.text),
+            immediate: kind == CommitmentKind::Intent && is_immediate(&commitment.text),
             commitment,
             carried: false,
         });
@@ -386,15 +393,23 @@ impl<'a> Tracker<'a> {
     /// name ("let me check").
     fn fulfil_by_action(&mut self, id: MessageId, name: &str, arguments: &str) {
         let action = format!("{name} {arguments}").to_lowercase();
+        // The oldest open intent about the next step is this action, whatever it names.
+        let next_step = self.open.iter().position(|o| {
+            o.commitment.kind == CommitmentKind::Intent && (o.immediate || o.terms.is_empty())
+        });
         let mut i = 0;
+        let mut removed = 0;
         while i < self.open.len() {
             let open = &self.open[i];
             let fulfilled = match open.commitment.kind {
-                CommitmentKind::Intent => open.terms.is_empty() || open.terms.named_in(&action),
+                CommitmentKind::Intent => {
+                    next_step == Some(i + removed) || open.terms.named_in(&action)
+                }
                 CommitmentKind::Request | CommitmentKind::Todo => false,
             };
             if fulfilled {
                 self.resolve_commitment(i, id, ResolutionKind::Fulfilled);
+                removed += 1;
             } else {
                 i += 1;
             }
