@@ -46,6 +46,17 @@ impl Derived {
         }
     }
 
+    /// Writes the fields into a summary's record.
+    pub(super) fn write_to(&self, r: &mut SummaryRecord) {
+        r.depth = self.depth;
+        r.first_seq = self.first_seq;
+        r.last_seq = self.last_seq;
+        r.earliest_at = self.earliest;
+        r.latest_at = self.latest;
+        r.descendant_messages = self.messages;
+        r.descendant_tokens = self.tokens;
+    }
+
     /// `field: stored X, sources give Y` for every field that differs.
     pub(super) fn differences(stored: &Derived, computed: &Derived) -> Vec<String> {
         let mut out = Vec::new();

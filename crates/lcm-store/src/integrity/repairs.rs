@@ -1,10 +1,11 @@
 //! The safe repairs: each [`Repair`] recomputes derived data from the store as it is when it
-//! runs, in one write transaction, committed if it changed something and aborted if not. None
-//! touches a message, an original or a summary's content.
+//! runs, in one write transaction, and returns a [`RepairStep`]: applied (committed, with what
+//! changed) or skipped (aborted, with why). None touches a message, an original or a summary's
+//! content.
 
 use std::collections::HashSet;
 
-use lcm_core::ids::{SessionId, SummaryId};
+use lcm_core::ids::{MessageId, SessionId, SummaryId};
 use lcm_core::summary::{ContextState, SummaryKind};
 use redb::{ReadableTable, WriteTransaction};
 
@@ -19,6 +20,35 @@ use crate::session_runs;
 use crate::store::{SessionRecord, Store};
 use crate::tables::{self, NODE_MESSAGE, NODE_SUMMARY};
 use crate::view::MessageRecordView;
+
+/// What one repair did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RepairStep {
+    /// It changed the store (its transaction is committed).
+    Applied {
+        /// What changed.
+        detail: String,
+    },
+    /// It changed nothing (its transaction is aborted).
+    Skipped {
+        /// Why: nothing left to change, it needs the index, or its inputs are broken.
+        reason: String,
+    },
+}
+
+impl RepairStep {
+    fn applied(detail: impl Into<String>) -> Result<RepairStep> {
+        Ok(RepairStep::Applied {
+            detail: detail.into(),
+        })
+    }
+
+    fn skipped(reason: impl Into<String>) -> Result<RepairStep> {
+        Ok(RepairStep::Skipped {
+            reason: reason.into(),
+        })
+    }
+}
 
 /// Applies the safe repairs proposed by `report` (each distinct repair once, in the order of
 /// [`Repair`]'s variants), each in one write transaction; an index rebuild supersedes a
@@ -45,7 +75,7 @@ pub fn repair(
         ..RepairReport::default()
     };
     for r in repairs {
-        let result = match &r {
+        let step = match &r {
             Repair::RaiseCounter { counter } => raise_counter(store, *counter)?,
             Repair::RecomputeSessionTotals { session } => {
                 recompute_session_totals(store, *session)?
@@ -55,51 +85,40 @@ pub fn repair(
             }
             Repair::RebuildContext { session } => rebuild_context(store, *session)?,
             Repair::SetIndexWatermark { .. } if reindex => {
-                Err("superseded by the index rebuild".to_owned())
+                RepairStep::skipped("superseded by the index rebuild")?
             }
             Repair::SetIndexWatermark { watermark } => {
-                let target = index.map_or(*watermark, SearchIndex::watermark);
-                let current = store.index_watermark()?;
-                if current == target {
-                    Err(format!("the store already records watermark {}", target.0))
-                } else {
-                    store.set_index_watermark(target)?;
-                    Ok(format!("watermark {} -> {}", current.0, target.0))
-                }
+                set_index_watermark(store, index, *watermark)?
             }
-            Repair::Reindex => match index {
-                Some(index) => {
-                    let n = index.rebuild(store, |_, _| {})?;
-                    Ok(format!("reindexed {n} messages"))
-                }
-                None => Err(
-                    "needs the search index (`lcm doctor --repair` opens it, or run `lcm reindex`)"
-                        .to_owned(),
-                ),
-            },
+            Repair::Reindex => reindex_store(store, index)?,
         };
-        match result {
-            Ok(detail) => {
+        match step {
+            RepairStep::Applied { detail } => {
                 tracing::info!(repair = %r, %detail, "integrity repair applied");
                 out.applied.push(RepairOutcome { repair: r, detail });
             }
-            Err(detail) => out.skipped.push(RepairOutcome { repair: r, detail }),
+            RepairStep::Skipped { reason } => out.skipped.push(RepairOutcome {
+                repair: r,
+                detail: reason,
+            }),
         }
     }
     Ok(out)
 }
 
-/// `Ok(Ok(what changed))`, `Ok(Err(why skipped))`, or a database error.
-type Step = Result<std::result::Result<String, String>>;
-
-/// Commits `txn` if `result` says something changed, else aborts it.
-fn finish(txn: WriteTransaction, result: std::result::Result<String, String>) -> Step {
-    if result.is_ok() {
-        txn.commit()?;
-    } else {
-        txn.abort()?;
+/// Runs `step` in one write transaction: commits it if the step was applied, else aborts it.
+/// An error drops (and so aborts) the transaction.
+fn in_write_txn(
+    store: &Store,
+    step: impl FnOnce(&WriteTransaction) -> Result<RepairStep>,
+) -> Result<RepairStep> {
+    let txn = store.db.begin_write()?;
+    let step = step(&txn)?;
+    match step {
+        RepairStep::Applied { .. } => txn.commit()?,
+        RepairStep::Skipped { .. } => txn.abort()?,
     }
-    Ok(result)
+    Ok(step)
 }
 
 /// The largest key of a table keyed by id, in a write transaction.
@@ -110,14 +129,13 @@ fn last_written_key(
     Ok(txn.open_table(table)?.last()?.map(|(k, _)| k.value()))
 }
 
-fn raise_counter(store: &Store, counter: Counter) -> Step {
-    let txn = store.db.begin_write()?;
-    let result = {
+fn raise_counter(store: &Store, counter: Counter) -> Result<RepairStep> {
+    in_write_txn(store, |txn| {
         let last = match counter {
             Counter::NextMessage => message_rows::last_id(&txn.open_table(tables::MESSAGES)?)?,
-            Counter::NextSession => last_written_key(&txn, tables::SESSIONS)?,
-            Counter::NextSummary => last_written_key(&txn, tables::SUMMARIES)?,
-            Counter::NextFile => last_written_key(&txn, tables::FILES)?,
+            Counter::NextSession => last_written_key(txn, tables::SESSIONS)?,
+            Counter::NextSummary => last_written_key(txn, tables::SUMMARIES)?,
+            Counter::NextFile => last_written_key(txn, tables::FILES)?,
         };
         let mut meta_table = txn.open_table(tables::META)?;
         let current = meta_table.get(counter.meta_key())?.map_or(0, |v| v.value());
@@ -125,28 +143,41 @@ fn raise_counter(store: &Store, counter: Counter) -> Step {
             Some(last) if last >= current => {
                 let to = last.saturating_add(1);
                 meta_table.insert(counter.meta_key(), to)?;
-                Ok(format!("{} {current} -> {to}", counter.meta_key()))
+                RepairStep::applied(format!("{} {current} -> {to}", counter.meta_key()))
             }
-            _ => Err(format!(
+            _ => RepairStep::skipped(format!(
                 "{} ({current}) is already past every id",
                 counter.meta_key()
             )),
         }
-    };
-    finish(txn, result)
+    })
 }
 
-fn recompute_session_totals(store: &Store, session: SessionId) -> Step {
-    let txn = store.db.begin_write()?;
-    let result = 'r: {
+/// A message's session, sequence number, time and token count, if it is stored and decodes.
+fn message_facts(
+    messages: &impl ReadableTable<u64, &'static [u8]>,
+    id: u64,
+) -> Option<(u64, u64, lcm_core::time::Timestamp, u32)> {
+    message_rows::get(messages, id)
+        .ok()
+        .flatten()
+        .and_then(|stored| {
+            codec::decode_borrowed::<MessageRecordView<'_>>("messages", stored.bytes())
+                .ok()
+                .map(|v| (v.session, v.seq, v.created_at, v.token_count))
+        })
+}
+
+fn recompute_session_totals(store: &Store, session: SessionId) -> Result<RepairStep> {
+    in_write_txn(store, |txn| {
         let mut sessions = txn.open_table(tables::SESSIONS)?;
         let Some(bytes) = sessions.get(session.0)? else {
-            break 'r Err(format!("{session} does not exist"));
+            return RepairStep::skipped(format!("{session} does not exist"));
         };
         let mut record: SessionRecord = match codec::decode("sessions", bytes.value()) {
             Ok(r) => r,
             Err(StoreError::Corrupt { detail, .. }) => {
-                break 'r Err(format!("its record cannot be decoded ({detail})"));
+                return RepairStep::skipped(format!("its record cannot be decoded ({detail})"));
             }
             Err(e) => return Err(e),
         };
@@ -156,15 +187,7 @@ fn recompute_session_totals(store: &Store, session: SessionId) -> Step {
         let (mut count, mut tokens, mut first, mut last) = (0u64, 0u64, None, None);
         for run in session_runs::runs(&index, session.0)? {
             for (seq, id) in run?.entries() {
-                let view = message_rows::get(&messages, id)
-                    .ok()
-                    .flatten()
-                    .and_then(|stored| {
-                        codec::decode_borrowed::<MessageRecordView<'_>>("messages", stored.bytes())
-                            .ok()
-                            .map(|v| (v.session, v.seq, v.created_at, v.token_count))
-                    });
-                match view {
+                match message_facts(&messages, id) {
                     Some((s, q, at, t)) if s == session.0 && q == seq && seq == count => {
                         count += 1;
                         tokens += u64::from(t);
@@ -172,7 +195,7 @@ fn recompute_session_totals(store: &Store, session: SessionId) -> Step {
                         last = Some(at);
                     }
                     _ => {
-                        break 'r Err(format!(
+                        return RepairStep::skipped(format!(
                             "message #{seq} of {session} is missing or misplaced: totals are left as recorded"
                         ));
                     }
@@ -186,32 +209,30 @@ fn recompute_session_totals(store: &Store, session: SessionId) -> Step {
             record.last_message_at,
         );
         if before == (count, tokens, first, last) {
-            break 'r Err("the totals already match the messages".to_owned());
+            return RepairStep::skipped("the totals already match the messages");
         }
         record.message_count = count;
         record.token_total = tokens;
         record.first_message_at = first;
         record.last_message_at = last;
         sessions.insert(session.0, codec::encode(&record).as_slice())?;
-        Ok(format!(
+        RepairStep::applied(format!(
             "message_count {} -> {count}, token_total {} -> {tokens}",
             before.0, before.1
         ))
-    };
-    finish(txn, result)
+    })
 }
 
-fn recompute_summary_fields(store: &Store, summary: SummaryId) -> Step {
-    let txn = store.db.begin_write()?;
-    let result = 'r: {
+fn recompute_summary_fields(store: &Store, summary: SummaryId) -> Result<RepairStep> {
+    in_write_txn(store, |txn| {
         let mut summaries = txn.open_table(tables::SUMMARIES)?;
         let Some(bytes) = summaries.get(summary.0)? else {
-            break 'r Err(format!("{summary} does not exist"));
+            return RepairStep::skipped(format!("{summary} does not exist"));
         };
         let mut record: SummaryRecord = match codec::decode("summaries", bytes.value()) {
             Ok(r) => r,
             Err(StoreError::Corrupt { detail, .. }) => {
-                break 'r Err(format!("its record cannot be decoded ({detail})"));
+                return RepairStep::skipped(format!("its record cannot be decoded ({detail})"));
             }
             Err(e) => return Err(e),
         };
@@ -226,28 +247,19 @@ fn recompute_summary_fields(store: &Store, summary: SummaryId) -> Step {
             let (key, node) = row?;
             let (kind, n) = node.value();
             if key.value().1 as usize != ordinal {
-                break 'r Err("its source rows have a gap".to_owned());
+                return RepairStep::skipped("its source rows have a gap");
             }
             let part = match (record.kind, kind) {
-                (SummaryKind::Leaf, NODE_MESSAGE) => {
-                    let view = message_rows::get(&messages, n)
-                        .ok()
-                        .flatten()
-                        .and_then(|stored| {
-                            codec::decode_borrowed::<MessageRecordView<'_>>(
-                                "messages",
-                                stored.bytes(),
-                            )
-                            .ok()
-                            .map(|v| (v.session, v.seq, v.created_at, v.token_count))
-                        });
-                    match view {
-                        Some((s, seq, at, tokens)) if s == record.session => {
-                            Derived::message(seq, at, tokens)
-                        }
-                        _ => break 'r Err(format!("its source msg_{n} is missing or foreign")),
+                (SummaryKind::Leaf, NODE_MESSAGE) => match message_facts(&messages, n) {
+                    Some((s, seq, at, tokens)) if s == record.session => {
+                        Derived::message(seq, at, tokens)
                     }
-                }
+                    _ => {
+                        return RepairStep::skipped(format!(
+                            "its source msg_{n} is missing or foreign"
+                        ));
+                    }
+                },
                 (SummaryKind::Condensed, NODE_SUMMARY) => {
                     let child = summaries.get(n)?.and_then(|bytes| {
                         codec::decode::<SummaryRecord>("summaries", bytes.value()).ok()
@@ -256,44 +268,42 @@ fn recompute_summary_fields(store: &Store, summary: SummaryId) -> Step {
                         Some(c) if c.session == record.session && n < summary.0 => {
                             Derived::stored(&c)
                         }
-                        _ => break 'r Err(format!("its source sum_{n} is missing or foreign")),
+                        _ => {
+                            return RepairStep::skipped(format!(
+                                "its source sum_{n} is missing or foreign"
+                            ));
+                        }
                     }
                 }
-                _ => break 'r Err("its sources are of the wrong kind".to_owned()),
+                _ => return RepairStep::skipped("its sources are of the wrong kind"),
             };
             agg.add(part);
         }
         if !agg.contiguous {
-            break 'r Err("its sources are not contiguous".to_owned());
+            return RepairStep::skipped("its sources are not contiguous");
         }
         let Some(d) = agg.finish(record.kind) else {
-            break 'r Err("it has no sources".to_owned());
+            return RepairStep::skipped("it has no sources");
         };
         let diffs = Derived::differences(&Derived::stored(&record), &d);
         if diffs.is_empty() {
-            break 'r Err("its derived fields already match its sources".to_owned());
+            return RepairStep::skipped("its derived fields already match its sources");
         }
-        record.depth = d.depth;
-        record.first_seq = d.first_seq;
-        record.last_seq = d.last_seq;
-        record.earliest_at = d.earliest;
-        record.latest_at = d.latest;
-        record.descendant_messages = d.messages;
-        record.descendant_tokens = d.tokens;
+        d.write_to(&mut record);
         summaries.insert(summary.0, codec::encode(&record).as_slice())?;
-        Ok(diffs
-            .join("; ")
-            .replace("stored ", "")
-            .replace(", sources give ", " -> "))
-    };
-    finish(txn, result)
+        RepairStep::applied(
+            diffs
+                .join("; ")
+                .replace("stored ", "")
+                .replace(", sources give ", " -> "),
+        )
+    })
 }
 
-fn rebuild_context(store: &Store, session: SessionId) -> Step {
-    let txn = store.db.begin_write()?;
-    let result = 'r: {
+fn rebuild_context(store: &Store, session: SessionId) -> Result<RepairStep> {
+    in_write_txn(store, |txn| {
         if txn.open_table(tables::SESSIONS)?.get(session.0)?.is_none() {
-            break 'r Err(format!("{session} does not exist"));
+            return RepairStep::skipped(format!("{session} does not exist"));
         }
         let list = txn.open_table(tables::SESSION_SUMMARIES)?;
         let summaries = txn.open_table(tables::SUMMARIES)?;
@@ -308,7 +318,7 @@ fn rebuild_context(store: &Store, session: SessionId) -> Step {
                 .get(id)?
                 .and_then(|bytes| codec::decode::<SummaryRecord>("summaries", bytes.value()).ok());
             let Some(record) = record.filter(|r| r.session == session.0) else {
-                break 'r Err(format!("sum_{id} is missing or foreign"));
+                return RepairStep::skipped(format!("sum_{id} is missing or foreign"));
             };
             ranges.push((record.first_seq, record.last_seq, id));
             for row in sources.range((id, 0)..=(id, u32::MAX))? {
@@ -326,7 +336,7 @@ fn rebuild_context(store: &Store, session: SessionId) -> Step {
         let mut raw_from = 0u64;
         for &(first, last, id) in &tops {
             if first != raw_from {
-                break 'r Err(format!(
+                return RepairStep::skipped(format!(
                     "the top-level summaries leave a gap or overlap at sum_{id}: rebuilding would lose messages"
                 ));
             }
@@ -335,7 +345,7 @@ fn rebuild_context(store: &Store, session: SessionId) -> Step {
         let count = session_runs::last_run(&txn.open_table(tables::SESSION_RUNS)?, session.0)?
             .map_or(0, |run| run.end_seq());
         if raw_from > count {
-            break 'r Err(format!(
+            return RepairStep::skipped(format!(
                 "the summaries reach message #{raw_from}, past the session's {count} messages"
             ));
         }
@@ -348,7 +358,7 @@ fn rebuild_context(store: &Store, session: SessionId) -> Step {
             && old.summaries == ids
             && old.raw_from == raw_from
         {
-            break 'r Err("the context already matches the DAG".to_owned());
+            return RepairStep::skipped("the context already matches the DAG");
         }
         let state = ContextState {
             summaries: ids,
@@ -356,11 +366,132 @@ fn rebuild_context(store: &Store, session: SessionId) -> Step {
             version: old.as_ref().map_or(1, |o| o.version + 1),
         };
         context.insert(session.0, codec::encode(&state).as_slice())?;
-        Ok(format!(
+        RepairStep::applied(format!(
             "context now {} top-level summaries + raw from #{raw_from} (version {})",
             state.summaries.len(),
             state.version
         ))
-    };
-    finish(txn, result)
+    })
+}
+
+/// Sets the store's copy of the watermark to the index's (or to `watermark`, the index's at
+/// check time, without an index).
+fn set_index_watermark(
+    store: &Store,
+    index: Option<&SearchIndex>,
+    watermark: MessageId,
+) -> Result<RepairStep> {
+    let target = index.map_or(watermark, SearchIndex::watermark);
+    let current = store.index_watermark()?;
+    if current == target {
+        return RepairStep::skipped(format!("the store already records watermark {}", target.0));
+    }
+    store.set_index_watermark(target)?;
+    RepairStep::applied(format!("watermark {} -> {}", current.0, target.0))
+}
+
+/// Rebuilds the index from the store (skipped without an index).
+fn reindex_store(store: &Store, index: Option<&SearchIndex>) -> Result<RepairStep> {
+    match index {
+        Some(index) => {
+            let n = index.rebuild(store, |_, _| {})?;
+            RepairStep::applied(format!("reindexed {n} messages"))
+        }
+        None => RepairStep::skipped(
+            "needs the search index (`lcm doctor --repair` opens it, or run `lcm reindex`)",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lcm_core::tokens::{Encoding, TokenCounter};
+
+    use super::*;
+    use crate::store::StoreOptions;
+
+    fn store() -> Store {
+        Store::open_in_memory(StoreOptions::new(TokenCounter::new(Encoding::O200kBase)))
+            .expect("store")
+    }
+
+    fn meta_value(store: &Store, key: &str) -> Option<u64> {
+        let txn = store.db.begin_read().expect("read");
+        let table = txn.open_table(tables::META).expect("meta");
+        table.get(key).expect("get").map(|v| v.value())
+    }
+
+    /// Writes `value` under a test key in a repair transaction that ends with `step`.
+    fn write_then(store: &Store, value: u64, step: RepairStep) -> RepairStep {
+        in_write_txn(store, |txn| {
+            txn.open_table(tables::META)?
+                .insert("integrity_test", value)?;
+            Ok(step)
+        })
+        .expect("step")
+    }
+
+    #[test]
+    fn an_applied_step_commits_and_a_skipped_step_aborts() {
+        let store = store();
+        let skipped = RepairStep::Skipped {
+            reason: "nothing to do".into(),
+        };
+        assert_eq!(write_then(&store, 1, skipped.clone()), skipped);
+        assert_eq!(meta_value(&store, "integrity_test"), None);
+        let applied = RepairStep::Applied {
+            detail: "changed".into(),
+        };
+        assert_eq!(write_then(&store, 2, applied.clone()), applied);
+        assert_eq!(meta_value(&store, "integrity_test"), Some(2));
+    }
+
+    #[test]
+    fn a_counter_is_raised_once() {
+        let store = store();
+        store.create_session("a", None).expect("session");
+        let session = store.create_session("b", None).expect("session");
+        {
+            let txn = store.db.begin_write().expect("write");
+            txn.open_table(tables::META)
+                .expect("meta")
+                .insert(tables::meta::NEXT_SESSION, 0)
+                .expect("insert");
+            txn.commit().expect("commit");
+        }
+        assert_eq!(
+            raise_counter(&store, Counter::NextSession).expect("repair"),
+            RepairStep::Applied {
+                detail: format!("next_session 0 -> {}", session.0 + 1)
+            }
+        );
+        assert_eq!(
+            raise_counter(&store, Counter::NextSession).expect("repair"),
+            RepairStep::Skipped {
+                reason: format!("next_session ({}) is already past every id", session.0 + 1)
+            }
+        );
+    }
+
+    #[test]
+    fn repairs_of_what_does_not_exist_or_needs_the_index_are_skipped() {
+        let store = store();
+        let skipped = |step: Result<RepairStep>| match step.expect("repair") {
+            RepairStep::Skipped { reason } => reason,
+            applied @ RepairStep::Applied { .. } => panic!("applied: {applied:?}"),
+        };
+        assert_eq!(
+            skipped(recompute_session_totals(&store, SessionId(7))),
+            "ses_7 does not exist"
+        );
+        assert_eq!(
+            skipped(recompute_summary_fields(&store, SummaryId(7))),
+            "sum_7 does not exist"
+        );
+        assert_eq!(
+            skipped(rebuild_context(&store, SessionId(7))),
+            "ses_7 does not exist"
+        );
+        assert!(skipped(reindex_store(&store, None)).starts_with("needs the search index"));
+    }
 }
