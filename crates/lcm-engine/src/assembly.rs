@@ -36,7 +36,7 @@
 
 use std::collections::HashSet;
 
-use lcm_core::digest::{Commitment, OpenItems};
+use lcm_core::digest::{Commitment, OpenItems, open_items};
 use lcm_core::files::{
     render_elided_span, render_elided_summaries, render_file_reference, render_part_reference,
     shown_part,
@@ -149,14 +149,7 @@ fn commitments_block(
     if summaries.is_empty() {
         return Ok(None);
     }
-    // Summaries written without a digest (before schema 5) count as having left nothing open.
-    let mut open = OpenItems::default();
-    for id in summaries {
-        if let Some(digest) = reader.summary_digest(*id)? {
-            open.resolve(&digest.resolved);
-            open.commitments.extend(digest.commitments);
-        }
-    }
+    let mut open = open_after(reader, summaries)?;
     if open.commitments.is_empty() {
         return Ok(None);
     }
@@ -172,6 +165,19 @@ fn commitments_block(
         tokens,
         open: open.commitments,
     }))
+}
+
+/// What the digests of `summaries` (consecutive, oldest first) leave open. Summaries written
+/// without a digest (before schema 5) count as having left nothing open.
+pub(crate) fn open_after(
+    reader: &StoreReader,
+    summaries: &[SummaryId],
+) -> Result<OpenItems, StoreError> {
+    let mut digests = Vec::with_capacity(summaries.len());
+    for id in summaries {
+        digests.extend(reader.summary_digest(*id)?);
+    }
+    Ok(open_items(&digests))
 }
 
 /// The block's text: the newest [`BLOCK_COMMITMENTS`] open commitments with the message each

@@ -41,7 +41,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use lcm_core::config::CompactionConfig;
-use lcm_core::digest::{Commitment, CommitmentKind, Digest, open_items};
+use lcm_core::digest::{Commitment, CommitmentKind, Digest};
 use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part};
 use lcm_core::summary::{NewSummary, NodeRef, SummaryKind};
@@ -51,7 +51,7 @@ use lcm_llm::summarize::{Summarizer, SummaryRequest, summarize_with_escalation};
 use lcm_store::{ApplyOutcome, Store, StoreError, StoreReader};
 use serde::Serialize;
 
-use crate::assembly::{ContextItem, assemble, files_attribute, shown_message};
+use crate::assembly::{ContextItem, assemble, files_attribute, open_after, shown_message};
 
 /// Tokens reserved for the header the engine adds to every summary (id, kind, depth, times,
 /// covered ids, files); checked against real renderings in the tests.
@@ -729,7 +729,7 @@ fn prepare(
                 span.push(m);
             }
             let before = reader.context(session)?.summaries;
-            let carried = open_items(&stored_digests(&reader, &before)?.unwrap_or_default());
+            let carried = open_after(&reader, &before)?;
             digest = Some(extract(&span, &carried, &|path: &str| {
                 paths.get(path).copied()
             }));

@@ -13,6 +13,12 @@ use lcm_engine::{ContextItem, assemble, compact};
 use lcm_llm::StructuredSummarizer;
 use lcm_store::{Store, StoreOptions};
 
+mod common;
+use common::summaries_above;
+
+/// The window the session is compacted for.
+const BUDGET: u64 = 2_000;
+
 fn counter() -> TokenCounter {
     TokenCounter::new(Encoding::O200kBase)
 }
@@ -99,22 +105,31 @@ fn block(store: &Store, s: SessionId) -> Vec<MessageId> {
 
 /// The summaries above a message, its leaf first.
 fn chain(store: &Store, id: MessageId) -> Vec<lcm_core::ids::SummaryId> {
-    let mut out = Vec::new();
-    let mut at = NodeRef::Message(id);
-    while let Some(parent) = store.covering(at).unwrap() {
-        out.push(parent);
-        at = NodeRef::Summary(parent);
+    summaries_above(store, NodeRef::Message(id))
+}
+
+/// Four more unrelated exchanges (counted in `round`), then a compaction.
+async fn more_work(store: &Store, s: SessionId, round: &mut usize) {
+    for _ in 0..4 {
+        exchange(store, s, *round);
+        *round += 1;
     }
-    out
+    compact(
+        store,
+        s,
+        BUDGET,
+        &config(),
+        &StructuredSummarizer::new(counter()),
+        |_| {},
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
 async fn a_commitment_survives_three_levels_of_compaction_until_fulfilled() {
     let store = Store::open_in_memory(StoreOptions::new(counter())).unwrap();
     let s = store.create_session("s", None).unwrap();
-    let summarizer = StructuredSummarizer::new(counter());
-    let config = config();
-    let budget = 2_000;
 
     store
         .append(
@@ -136,13 +151,7 @@ async fn a_commitment_survives_three_levels_of_compaction_until_fulfilled() {
     // Enough unrelated work for a depth-2 summary above the promise.
     let mut round = 0;
     while chain(&store, promise).len() < 3 {
-        for _ in 0..4 {
-            exchange(&store, s, round);
-            round += 1;
-        }
-        compact(&store, s, budget, &config, &summarizer, |_| {})
-            .await
-            .unwrap();
+        more_work(&store, s, &mut round).await;
         assert!(round < 400, "no depth-2 summary after {round} rounds");
     }
     let above = chain(&store, promise);
@@ -209,13 +218,7 @@ async fn a_commitment_survives_three_levels_of_compaction_until_fulfilled() {
     // Compacted past the fulfilment: the leaf over the edit records the resolution, and every
     // summary written over both no longer lists it.
     while chain(&store, edit).is_empty() {
-        for _ in 0..4 {
-            exchange(&store, s, round);
-            round += 1;
-        }
-        compact(&store, s, budget, &config, &summarizer, |_| {})
-            .await
-            .unwrap();
+        more_work(&store, s, &mut round).await;
     }
     let reader = store.reader().unwrap();
     let leaf = chain(&store, edit)[0];
@@ -251,13 +254,7 @@ async fn a_commitment_survives_three_levels_of_compaction_until_fulfilled() {
             );
             break;
         }
-        for _ in 0..4 {
-            exchange(&store, s, round);
-            round += 1;
-        }
-        compact(&store, s, budget, &config, &summarizer, |_| {})
-            .await
-            .unwrap();
+        more_work(&store, s, &mut round).await;
         assert!(round < 2_000, "no summary over both after {round} rounds");
     }
 }

@@ -32,7 +32,7 @@ use lcm_llm::{ExtractiveSummarizer, StructuredSummarizer};
 use lcm_store::{Store, StoreOptions};
 
 mod common;
-use common::{real_session_messages, shared_data};
+use common::{real_session_messages, shared_data, summaries_above};
 
 /// What the harness prints and checks for one session, budget and summariser.
 #[derive(Debug, Default, Clone)]
@@ -186,16 +186,7 @@ fn measure(store: &Store, session: SessionId, messages: &[NewMessage]) -> Qualit
             })
             .clone()
     };
-    // The chain of summaries above a message: its leaf first.
-    let chain = |node: NodeRef| {
-        let mut out = Vec::new();
-        let mut at = node;
-        while let Some(parent) = store.covering(at).unwrap() {
-            out.push(parent);
-            at = NodeRef::Summary(parent);
-        }
-        out
-    };
+    let chain = |node: NodeRef| summaries_above(store, node);
     let mut q = Quality::default();
     let mut commands: HashMap<String, (MessageId, String)> = HashMap::new();
     for m in &stored {

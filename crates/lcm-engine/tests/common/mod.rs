@@ -130,3 +130,17 @@ pub fn real_session_messages(data: &Path) -> Vec<(String, Vec<lcm_core::message:
         })
         .collect()
 }
+
+/// The summaries above a node, the one covering it first, up to the top.
+pub fn summaries_above(
+    store: &lcm_store::Store,
+    node: lcm_core::summary::NodeRef,
+) -> Vec<lcm_core::ids::SummaryId> {
+    let mut out = Vec::new();
+    let mut at = node;
+    while let Some(parent) = store.covering(at).unwrap() {
+        out.push(parent);
+        at = lcm_core::summary::NodeRef::Summary(parent);
+    }
+    out
+}
