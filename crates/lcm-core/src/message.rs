@@ -109,42 +109,162 @@ pub enum Part {
 }
 
 impl Part {
-    /// The text of this part that search and summaries see, if it has any.
-    pub fn searchable_text(&self) -> Option<Cow<'_, str>> {
+    /// The fields of this part that the searchable text holds ([`write_search_text`]).
+    pub fn search_fields(&self) -> SearchFields<'_> {
         match self {
-            Part::Text { text } | Part::Reasoning { text } => Some(Cow::Borrowed(text)),
+            Part::Text { text } | Part::Reasoning { text } => SearchFields::One(text),
             Part::ToolCall {
                 name, arguments, ..
-            } => Some(Cow::Owned(format!("{name} {arguments}"))),
-            Part::ToolResult { content, .. } => Some(Cow::Borrowed(content)),
-            Part::File { path, .. } => Some(Cow::Borrowed(path)),
-            Part::Binary { .. } => None,
-            Part::Opaque { json, .. } => Some(Cow::Borrowed(json)),
+            } => SearchFields::Call { name, arguments },
+            Part::ToolResult { content, .. } => SearchFields::One(content),
+            Part::File { path, .. } => SearchFields::One(path),
+            Part::Binary { .. } => SearchFields::None,
+            Part::Opaque { json, .. } => SearchFields::One(json),
+        }
+    }
+
+    /// The text of this part that search and summaries see, if it has any: its
+    /// [`search_fields`](Self::search_fields) as the searchable text holds them.
+    pub fn searchable_text(&self) -> Option<Cow<'_, str>> {
+        match self.search_fields() {
+            SearchFields::None => None,
+            SearchFields::One(text) => Some(Cow::Borrowed(text)),
+            SearchFields::Call { name, arguments } => {
+                Some(Cow::Owned(format!("{name}{CALL_SEPARATOR}{arguments}")))
+            }
         }
     }
 }
 
-/// The searchable text of a list of parts: each part's text, joined by a newline.
-///
-/// This single definition is what the index tokenises, what regex grep verifies against and
-/// what snippets are cut from, so the three can never disagree.
-pub fn search_text(parts: &[Part]) -> Cow<'_, str> {
-    let mut texts = parts.iter().filter_map(Part::searchable_text);
-    let Some(first) = texts.next() else {
-        return Cow::Borrowed("");
-    };
-    let Some(second) = texts.next() else {
-        return first;
-    };
-    let mut joined = String::with_capacity(first.len() + second.len() + 1);
-    joined.push_str(&first);
-    joined.push('\n');
-    joined.push_str(&second);
-    for text in texts {
-        joined.push('\n');
-        joined.push_str(&text);
+/// What a part contributes to the searchable text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchFields<'a> {
+    /// Nothing (binary payloads).
+    None,
+    /// One field as it is.
+    One(&'a str),
+    /// A tool call: its name and arguments, joined by [`CALL_SEPARATOR`].
+    Call { name: &'a str, arguments: &'a str },
+}
+
+/// Joins the texts of a message's parts in its searchable text.
+pub const PART_SEPARATOR: char = '\n';
+/// Joins a tool call's name and arguments in its searchable text.
+pub const CALL_SEPARATOR: char = ' ';
+
+/// [`PART_SEPARATOR`] and [`CALL_SEPARATOR`] as text.
+const SEPARATOR_BYTES: [&str; 2] = ["\n", " "];
+const _: () = assert!(PART_SEPARATOR == '\n' && CALL_SEPARATOR == ' ');
+
+/// Where [`write_search_text`] writes: a `String`, or the bytes of a record being encoded.
+pub trait TextSink {
+    fn push_text(&mut self, text: &str);
+    /// Bytes written so far.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
     }
-    Cow::Owned(joined)
+}
+
+impl TextSink for String {
+    fn push_text(&mut self, text: &str) {
+        self.push_str(text);
+    }
+    fn len(&self) -> usize {
+        String::len(self)
+    }
+}
+
+impl TextSink for Vec<u8> {
+    fn push_text(&mut self, text: &str) {
+        self.extend_from_slice(text.as_bytes());
+    }
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// Where one part's fields landed in a searchable text written by [`write_search_text`]
+/// (byte ranges of the text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldSpans {
+    None,
+    One(std::ops::Range<usize>),
+    Call {
+        name: std::ops::Range<usize>,
+        arguments: std::ops::Range<usize>,
+    },
+}
+
+/// Appends the searchable text of `parts` to `out` and tells `placed` where each part's fields
+/// landed (in order, one call per part, binary parts included).
+///
+/// This is the one definition of a message's searchable text: the texts of its parts in order,
+/// joined by [`PART_SEPARATOR`], a tool call as its name and arguments joined by
+/// [`CALL_SEPARATOR`], binary parts contributing nothing. The store keeps this text as one
+/// contiguous blob of each message record, which the index tokenises, regex grep verifies
+/// against and snippets are cut from, so the three can never disagree.
+pub fn write_search_text<S: TextSink>(
+    parts: &[Part],
+    out: &mut S,
+    mut placed: impl FnMut(FieldSpans),
+) {
+    let mut any = false;
+    for part in parts {
+        let spans = match part.search_fields() {
+            SearchFields::None => FieldSpans::None,
+            SearchFields::One(text) => {
+                if any {
+                    out.push_text(SEPARATOR_BYTES[0]);
+                }
+                any = true;
+                let from = out.len();
+                out.push_text(text);
+                FieldSpans::One(from..out.len())
+            }
+            SearchFields::Call { name, arguments } => {
+                if any {
+                    out.push_text(SEPARATOR_BYTES[0]);
+                }
+                any = true;
+                let from = out.len();
+                out.push_text(name);
+                let name = from..out.len();
+                out.push_text(SEPARATOR_BYTES[1]);
+                let from = out.len();
+                out.push_text(arguments);
+                FieldSpans::Call {
+                    name,
+                    arguments: from..out.len(),
+                }
+            }
+        };
+        placed(spans);
+    }
+}
+
+/// The searchable text of a list of parts ([`write_search_text`]), borrowed when one part
+/// holds all of it.
+pub fn search_text(parts: &[Part]) -> Cow<'_, str> {
+    let mut with_text = parts
+        .iter()
+        .filter(|p| !matches!(p.search_fields(), SearchFields::None));
+    match (with_text.next(), with_text.next()) {
+        (None, _) => Cow::Borrowed(""),
+        (Some(part), None) => match part.search_fields() {
+            SearchFields::One(text) => Cow::Borrowed(text),
+            _ => Cow::Owned(
+                part.searchable_text()
+                    .map(Cow::into_owned)
+                    .unwrap_or_default(),
+            ),
+        },
+        _ => {
+            let mut joined = String::new();
+            write_search_text(parts, &mut joined, |_| {});
+            Cow::Owned(joined)
+        }
+    }
 }
 
 /// Which format a message's original payload is in.

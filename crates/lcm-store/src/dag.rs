@@ -16,7 +16,8 @@ use redb::ReadableTable;
 use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::message_rows;
-use crate::store::{MessageRecord, Store, StoreReader, next_counter};
+use crate::record::RecordView;
+use crate::store::{Store, StoreReader, next_counter};
 use crate::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
 
 /// A summary as stored (the id is the key; sources live in `summary_sources`).
@@ -111,18 +112,19 @@ impl Store {
                         };
                         let stored = message_rows::get(&messages, id.0)?
                             .ok_or(StoreError::MessageNotFound(*id))?;
-                        let m: MessageRecord = codec::decode("messages", stored.bytes())?;
-                        if m.session != new.session.0 {
+                        let m = RecordView::read(stored.bytes())?;
+                        if m.session() != new.session {
                             return Err(StoreError::InvalidMessage(format!(
-                                "{id} belongs to ses_{}, not {}",
-                                m.session, new.session
+                                "{id} belongs to {}, not {}",
+                                m.session(),
+                                new.session
                             )));
                         }
-                        if m.seq != state.raw_from + i as u64 {
+                        if m.seq() != state.raw_from + i as u64 {
                             return Ok(ApplyOutcome::Stale {
                                 reason: format!(
                                     "{id} (#{}) is not message #{} of the raw span starting at #{}",
-                                    m.seq,
+                                    m.seq(),
                                     state.raw_from + i as u64,
                                     state.raw_from
                                 ),
@@ -417,10 +419,10 @@ impl Aggregate {
         self.any = true;
     }
 
-    fn add_message(&mut self, m: &MessageRecord) {
-        self.span(m.created_at, m.created_at, m.seq, m.seq);
+    fn add_message(&mut self, m: &RecordView<'_>) {
+        self.span(m.created_at(), m.created_at(), m.seq(), m.seq());
         self.messages += 1;
-        self.tokens += u64::from(m.token_count);
+        self.tokens += u64::from(m.token_count());
     }
 
     fn add_summary(&mut self, s: &SummaryRecord) {

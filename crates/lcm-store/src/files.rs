@@ -575,7 +575,7 @@ pub(crate) fn backfill(
     use std::ops::ControlFlow;
 
     use crate::dag::SummaryRecord;
-    use crate::store::MessageRecord;
+    use crate::record::RecordView;
 
     let mut done = Backfilled::default();
     {
@@ -583,18 +583,19 @@ pub(crate) fn backfill(
         let mut files = FileTables::open(txn, rules, counter)?;
         let _: ControlFlow<()> =
             crate::message_rows::for_each(&messages, 0..u64::MAX, |id, bytes| {
-                let record: MessageRecord = codec::decode("messages", bytes)?;
+                let record = RecordView::read(bytes)?;
+                let record_parts = record.parts()?;
                 let candidates =
-                    FileCandidates::of(&record.parts, record.token_count, None, rules, counter);
+                    FileCandidates::of(&record_parts, record.token_count(), None, rules, counter);
                 if candidates.is_empty() {
                     return Ok(ControlFlow::Continue(()));
                 }
-                let parts = || -> Result<Vec<Part>> { Ok(record.parts.clone()) };
+                let parts = || -> Result<Vec<Part>> { Ok(record_parts.clone()) };
                 let appending = Appending {
                     id,
-                    session: record.session,
-                    token_count: record.token_count,
-                    created_at: record.created_at,
+                    session: record.session().0,
+                    token_count: record.token_count(),
+                    created_at: record.created_at(),
                     parts: &parts,
                 };
                 files.add(meta_table, appending, &candidates)?;

@@ -25,15 +25,14 @@ use regex::Regex;
 use regex_automata::meta::Regex as BytesRegex;
 use serde::Serialize;
 
-use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
 use crate::message_rows::{InRow, Step};
+use crate::record::RecordView;
 use crate::required::Required;
 use crate::start_classes::{StartClasses, StartSearch};
 use crate::store::{Store, StoreReader};
 use crate::trigram;
-use crate::view::{MessageRecordView, ScanRecord};
 
 /// Longest pattern accepted.
 const MAX_PATTERN_LEN: usize = 4_096;
@@ -64,8 +63,8 @@ impl Scope {
         self.admits_fields(m.session, m.role, m.created_at)
     }
 
-    fn admits_view(&self, m: &MessageRecordView<'_>) -> bool {
-        self.admits_fields(SessionId(m.session), m.role, m.created_at)
+    fn admits_record(&self, m: &RecordView<'_>) -> bool {
+        self.admits_fields(m.session(), m.role(), m.created_at())
     }
 
     /// Whether the scope restricts nothing.
@@ -422,7 +421,7 @@ fn scan_part(
 fn regex_hit(
     regex: &BytesRegex,
     id: MessageId,
-    m: &MessageRecordView<'_>,
+    m: &RecordView<'_>,
     text: &str,
     snippet_chars: usize,
 ) -> Option<GrepHit> {
@@ -430,10 +429,10 @@ fn regex_hit(
     let matches = regex.find_iter(text).take(MAX_COUNTED_MATCHES).count();
     Some(GrepHit {
         message: id,
-        session: SessionId(m.session),
-        seq: m.seq,
-        role: m.role,
-        created_at: m.created_at,
+        session: m.session(),
+        seq: m.seq(),
+        role: m.role(),
+        created_at: m.created_at(),
         snippet: snippet(text, first.start(), first.end(), snippet_chars),
         matches,
         score: None,
@@ -481,11 +480,11 @@ impl Tested {
 
 /// Tests stored messages against a regex, for every path of regex grep (index candidates, the
 /// unindexed tail, full scans). Most messages are rejected on their bytes: the scope from the
-/// record's first fields and the regex run on the searchable text as bytes, neither decoded nor
-/// checked as UTF-8 ([`ScanRecord`]), with this thread's own regex cache. A message that
-/// matches (or that the byte reader cannot read) is decoded through the checked view and matched
-/// again on its text, which decides the hit, its snippet and its match count, so the bytes path
-/// can only save work, never change a result.
+/// record's fixed header and the regex run on its searchable text as bytes, not checked as
+/// UTF-8 ([`RecordView::read_fast`]), with this thread's own regex cache. A message that
+/// matches has its text checked and is matched again on it, which decides the hit, its snippet
+/// and its match count, so the bytes path can only save work, never change a result; a record
+/// the fast read rejects is read by the checked one, which says what is wrong with it.
 struct RecordTester<'r> {
     regex: &'r BytesRegex,
     /// The search for a match's earliest end, narrowed for a regex without a literal byte
@@ -493,9 +492,6 @@ struct RecordTester<'r> {
     start: StartSearch<'r>,
     cache: regex_automata::meta::Cache,
     snippet_chars: usize,
-    /// The searchable text of multi-part messages, as bytes and as text.
-    joined_bytes: Vec<u8>,
-    joined_text: String,
     /// Whether a pack row is searched as a whole ([`searchable_by_row`]).
     by_row: bool,
     row: RowSearch,
@@ -571,8 +567,6 @@ impl<'r> RecordTester<'r> {
             start,
             cache: regex.create_cache(),
             snippet_chars,
-            joined_bytes: Vec::new(),
-            joined_text: String::new(),
             by_row,
             row: RowSearch::NONE,
         }
@@ -604,16 +598,16 @@ impl<'r> RecordTester<'r> {
         if all_in_scope && self.row_has_no_match_from(r) {
             return Ok(Tested::RowMisses(r.rest));
         }
-        let record = ScanRecord::read(r.record);
+        let record = RecordView::read_fast(r.record);
         if let Some(record) = &record {
-            if !scope.admits_fields(SessionId(record.session), record.role, record.created_at) {
+            if !scope.admits_record(record) {
                 return Ok(Tested::OutOfScope);
             }
             if !self.row_may_match(r) {
                 return Ok(Tested::Miss);
             }
         }
-        self.test_in_scope(MessageId(r.id), r.record, record, scope)
+        self.test_in_scope(MessageId(r.id), r.record, record)
     }
 
     /// Whether no match lies in `r`'s row from `r`'s record on.
@@ -658,13 +652,13 @@ impl<'r> RecordTester<'r> {
     }
 
     fn test(&mut self, id: MessageId, bytes: &[u8], scope: &Scope) -> Result<Tested> {
-        let record = ScanRecord::read(bytes);
+        let record = RecordView::read_fast(bytes);
         if let Some(record) = &record
-            && !scope.admits_fields(SessionId(record.session), record.role, record.created_at)
+            && !scope.admits_record(record)
         {
             return Ok(Tested::OutOfScope);
         }
-        self.test_in_scope(id, bytes, record, scope)
+        self.test_in_scope(id, bytes, record)
     }
 
     /// [`Self::test`] once the byte reader has read the record (`None`: it could not) and
@@ -673,26 +667,23 @@ impl<'r> RecordTester<'r> {
         &mut self,
         id: MessageId,
         bytes: &[u8],
-        record: Option<ScanRecord<'_>>,
-        scope: &Scope,
+        record: Option<RecordView<'_>>,
     ) -> Result<Tested> {
-        if let Some(text) = record
-            .as_ref()
-            .and_then(|r| r.search_bytes(&mut self.joined_bytes))
-            && self
-                .start
-                .earliest_end(self.regex, &mut self.cache, text, 0)
-                .is_none()
+        // A record the fast read rejects is damaged: the checked read says how.
+        let record = match record {
+            Some(record) => record,
+            None => RecordView::read(bytes)?,
+        };
+        if self
+            .start
+            .earliest_end(self.regex, &mut self.cache, record.text_bytes(), 0)
+            .is_none()
         {
             return Ok(Tested::Miss);
         }
-        let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
-        if !scope.admits_view(&view) {
-            return Ok(Tested::OutOfScope);
-        }
-        let text = view.search_text_in(&mut self.joined_text);
+        let text = record.text()?;
         Ok(
-            match regex_hit(self.regex, id, &view, text, self.snippet_chars) {
+            match regex_hit(self.regex, id, &record, text, self.snippet_chars) {
                 Some(hit) => Tested::Hit(hit),
                 None => Tested::Miss,
             },

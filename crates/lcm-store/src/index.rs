@@ -30,13 +30,12 @@ use tantivy::schema::{
 use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
-use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::grep::Scope;
+use crate::record::RecordView;
 use crate::store::Store;
 use crate::trigram::TrigramQuery;
 use crate::trigram_index::{Segment, TrigramBuilder, TrigramIndex};
-use crate::view::MessageRecordView;
 
 const WORDS_TOKENIZER: &str = "en_stem";
 /// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.
@@ -481,13 +480,12 @@ impl SearchIndex {
         } = writer;
         let tantivy = self.open_writer(tantivy)?;
         let reader = store.reader()?;
-        let mut scratch = String::new();
         let mut failure = None;
-        // Records are read through the borrowed view: the text is assembled once, nothing else
-        // of the message is decoded into owned values.
+        // Records are read in place: the text is a slice of the record, nothing of the message
+        // is decoded into owned values.
         reader.range_records(MessageId(ids.start)..MessageId(ids.end), |id, bytes| {
-            let view: MessageRecordView<'_> = codec::decode_borrowed("messages", bytes)?;
-            let text = view.search_text_in(&mut scratch);
+            let view = RecordView::read(bytes)?;
+            let text = view.text()?;
             if trigrams.is_full(id.0) {
                 match self.trigrams.write_pending(trigrams) {
                     Ok(segment) => pending.extend(segment),
@@ -561,13 +559,13 @@ impl SearchIndex {
         self.catch_up_until(store, progress, stop)
     }
 
-    fn document(&self, id: MessageId, m: &MessageRecordView<'_>, text: &str) -> TantivyDocument {
+    fn document(&self, id: MessageId, m: &RecordView<'_>, text: &str) -> TantivyDocument {
         let f = &self.fields;
         let mut doc = TantivyDocument::default();
         doc.add_u64(f.msg_id, id.0);
-        doc.add_u64(f.session, m.session);
-        doc.add_u64(f.role, m.role.code());
-        doc.add_i64(f.created_at, m.created_at.0);
+        doc.add_u64(f.session, m.session().0);
+        doc.add_u64(f.role, m.role().code());
+        doc.add_i64(f.created_at, m.created_at().0);
         doc.add_text(f.words, text);
         doc
     }

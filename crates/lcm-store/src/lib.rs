@@ -33,6 +33,8 @@ pub mod integrity;
 pub mod map_jobs;
 mod message_rows;
 mod pipeline;
+pub mod record;
+mod record_migration;
 mod required;
 mod session_runs;
 mod start_classes;
@@ -41,7 +43,6 @@ pub mod tables;
 pub mod trigram;
 mod trigram_index;
 mod trigram_keys;
-mod view;
 pub mod word_tokens;
 
 pub use dag::ApplyOutcome;

@@ -2,7 +2,7 @@
 //! consecutive messages.
 //!
 //! A row is keyed by the id of its first message. A plain row is one record as
-//! [`crate::codec`] writes it (its first byte is the record's schema version, a small number).
+//! [`crate::record`] writes it (its first byte is the record's layout version, a small number).
 //! A batched append writes its messages in packs instead, so that reading a run of messages
 //! walks one row per pack rather than one per message: in redb every row of a range costs a
 //! cursor step and a page guard (about 70 ns, the larger part of a scan), and every inserted row
@@ -31,7 +31,7 @@ use crate::error::{Result, StoreError};
 /// First byte of a pack (a plain row starts with a record schema version, far below it).
 pub(crate) const PACK_TAG: u8 = 0xFE;
 const _: () = assert!(
-    crate::codec::SCHEMA_VERSION < PACK_TAG,
+    crate::codec::SCHEMA_VERSION < PACK_TAG && crate::record::RECORD_VERSION < PACK_TAG,
     "a record's version byte must never read as a pack"
 );
 /// Most messages in one pack.
@@ -326,16 +326,15 @@ pub(crate) struct PackWriter {
 }
 
 impl PackWriter {
-    /// Adds the record of message `id` (`head` then `tail`: see [`crate::codec::encode_head`]).
-    /// Ids must follow each other within one writer.
+    /// Adds the record of message `id` ([`crate::record`]). Ids must follow each other within
+    /// one writer.
     pub(crate) fn push(
         &mut self,
         table: &mut redb::Table<'_, u64, &'static [u8]>,
         id: u64,
-        head: &[u8],
-        tail: &[u8],
+        record: &[u8],
     ) -> Result<()> {
-        let len = head.len() + tail.len();
+        let len = record.len();
         let packed = PACK_HEADER + 4 * (self.ends.len() + 1) + self.records.len() + len;
         if !self.ends.is_empty()
             && (self.ends.len() == PACK_MAX_MESSAGES || packed > PACK_MAX_BYTES)
@@ -350,8 +349,7 @@ impl PackWriter {
             id,
             "ids follow each other"
         );
-        self.records.extend_from_slice(head);
-        self.records.extend_from_slice(tail);
+        self.records.extend_from_slice(record);
         let end = u32::try_from(self.records.len()).map_err(|_| {
             StoreError::InvalidMessage(format!("a message record of {len} bytes is too large"))
         })?;
@@ -408,7 +406,7 @@ mod tests {
             let mut w = PackWriter::default();
             for (id, &len) in lens.iter().enumerate() {
                 let r = record(id as u64, len);
-                w.push(&mut table, id as u64, &r[..1], &r[1..]).unwrap();
+                w.push(&mut table, id as u64, &r).unwrap();
             }
             w.flush(&mut table).unwrap();
         }

@@ -279,6 +279,7 @@ pub(crate) fn rewrite_as_v1(path: &std::path::Path) -> usize {
     let txn = db.begin_write().unwrap();
     let entries = every_entry(&txn.open_table(tables::SESSION_RUNS).unwrap());
     write_v1(&txn, &entries).unwrap();
+    crate::record_migration::write_layout_1(&txn).unwrap();
     txn.open_table(tables::META)
         .unwrap()
         .insert(tables::meta::SCHEMA_VERSION, 1)

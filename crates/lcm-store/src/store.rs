@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use lcm_core::formats::lcm as lcm_format;
 use lcm_core::ids::{MessageId, SessionId};
-use lcm_core::message::{Message, NewMessage, Original, Part, Role, SessionInfo, SourceFormat};
+use lcm_core::message::{Message, NewMessage, Original, Part, SessionInfo, SourceFormat};
 use lcm_core::time::Timestamp;
 use lcm_core::tokens::TokenCounter;
 use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata, TableHandle};
@@ -27,54 +27,10 @@ use crate::error::{Result, StoreError};
 use crate::files::{Appending, FileCandidates, FileRules, FileTables};
 use crate::message_rows::{self, PackWriter};
 use crate::pipeline::OrderedPipeline;
+use crate::record::{self, RecordFields, RecordView};
+use crate::record_migration;
 use crate::session_runs::{self, RunWriter};
 use crate::tables::{self, meta};
-
-/// A message as stored (everything but its id, which is the key, and its original).
-#[derive(Debug, Clone, bincode::Encode, bincode::Decode)]
-pub(crate) struct MessageRecord {
-    pub session: u64,
-    pub seq: u64,
-    pub role: Role,
-    pub created_at: Timestamp,
-    pub token_count: u32,
-    pub source: SourceFormat,
-    pub parts: Vec<Part>,
-    pub source_key: Option<String>,
-    /// Whether the host gave an original payload (kept in `originals`). Messages created without
-    /// one have no stored original: theirs is rendered from the parts in lcm's own format, so
-    /// their text is not stored twice.
-    pub has_original: bool,
-}
-
-/// The fields of a [`MessageRecord`] after `session` and `seq`, in the same order, borrowed: what
-/// an append encodes before its transaction assigns the sequence number
-/// ([`codec::encode_head`] writes the two in front).
-#[derive(bincode::Encode)]
-struct MessageRecordTail<'a> {
-    role: Role,
-    created_at: Timestamp,
-    token_count: u32,
-    source: SourceFormat,
-    parts: &'a [Part],
-    source_key: Option<&'a str>,
-    has_original: bool,
-}
-
-impl MessageRecord {
-    fn into_message(self, id: u64) -> Message {
-        Message {
-            id: MessageId(id),
-            session: SessionId(self.session),
-            seq: self.seq,
-            role: self.role,
-            created_at: self.created_at,
-            token_count: self.token_count,
-            parts: self.parts,
-            source: self.source,
-        }
-    }
-}
 
 #[derive(Debug, Clone, bincode::Encode, bincode::Decode)]
 pub(crate) struct SessionRecord {
@@ -194,8 +150,8 @@ struct Prepared {
     token_count: u32,
     /// What the message brings to the file tables.
     files: FileCandidates,
-    /// The record's fields after `session` and `seq`, encoded ([`MessageRecordTail`]).
-    record_tail: Vec<u8>,
+    /// The record ([`crate::record`]), its sequence number left for the transaction to set.
+    record: Vec<u8>,
     original: Option<Vec<u8>>,
     source_key: Option<String>,
 }
@@ -252,7 +208,6 @@ impl Store {
         let db = Db::ReadOnly(db);
         match Self::layout(&db)? {
             Layout::Current => {}
-            // Schema 2 lacks only packed rows, which this build reads alongside plain ones.
             Layout::Older(found) if found >= READABLE_AS_IS => {}
             Layout::Older(found) => {
                 return Err(StoreError::OlderSchema {
@@ -329,7 +284,7 @@ impl Store {
         {
             let mut meta_table = txn.open_table(tables::META)?;
             if let Layout::Older(found) = layout
-                && found < READABLE_AS_IS
+                && found < 2
             {
                 let migrated = session_runs::migrate_from_v1(&txn)?;
                 tracing::info!(
@@ -338,6 +293,20 @@ impl Store {
                     entries = migrated.entries,
                     runs = migrated.runs,
                     "migrated the store's session lists to runs"
+                );
+            }
+            // Schema 6: every message record in lcm's own layout (`record.rs`).
+            if let Layout::Older(found) = layout
+                && found < 6
+            {
+                let migrated = record_migration::migrate_records(&txn)?;
+                tracing::info!(
+                    from = found,
+                    to = tables::STORE_SCHEMA,
+                    messages = migrated.messages,
+                    rows_before = migrated.rows_before,
+                    rows_after = migrated.rows_after,
+                    "rewrote the store's message records in the current layout"
                 );
             }
             meta_table.insert(meta::SCHEMA_VERSION, tables::STORE_SCHEMA)?;
@@ -588,7 +557,7 @@ impl Store {
             let counting = self.counting();
             return self.write_append(total, |tables| {
                 for (session, m) in messages {
-                    tables.add(prepare_message(counting, session, m))?;
+                    tables.add(prepare_message(counting, session, m)?)?;
                 }
                 Ok(())
             });
@@ -598,7 +567,7 @@ impl Store {
         self.write_append(total, |tables| {
             pipeline.run(threads, |counted| {
                 for p in encode_counted(counting, counted) {
-                    tables.add(p)?;
+                    tables.add(p?)?;
                 }
                 Ok(())
             })
@@ -611,7 +580,7 @@ impl Store {
     pub fn prepare_append(&self, messages: Vec<(SessionId, NewMessage)>) -> Result<PreparedAppend> {
         validate_batch(&messages)?;
         Ok(PreparedAppend {
-            items: self.prepare(messages),
+            items: self.prepare(messages)?,
         })
     }
 
@@ -652,7 +621,7 @@ impl Store {
 
     /// Counts tokens and encodes records before the write lock is taken. Large batches are
     /// counted on every core: token counting is most of the cost of ingest.
-    fn prepare(&self, messages: Vec<(SessionId, NewMessage)>) -> Vec<Prepared> {
+    fn prepare(&self, messages: Vec<(SessionId, NewMessage)>) -> Result<Vec<Prepared>> {
         let counting = self.counting();
         let Some(threads) = parallel_threads(messages.len()) else {
             return messages
@@ -661,14 +630,13 @@ impl Store {
                 .collect();
         };
         let mut prepared = Vec::with_capacity(messages.len());
-        let collected = prepare_pipeline(messages, self.counter).run(threads, |counted| {
-            prepared.extend(encode_counted(counting, counted));
-            Ok::<(), std::convert::Infallible>(())
-        });
-        match collected {
-            Ok(()) => prepared,
-            Err(never) => match never {},
-        }
+        prepare_pipeline(messages, self.counter).run(threads, |counted| {
+            for p in encode_counted(counting, counted) {
+                prepared.push(p?);
+            }
+            Ok::<(), StoreError>(())
+        })?;
+        Ok(prepared)
     }
 
     // ---------------------------------------------------------------- reads
@@ -773,8 +741,7 @@ impl StoreReader {
         let Some(stored) = message_rows::get(&table, id.0)? else {
             return Ok(None);
         };
-        let record: MessageRecord = codec::decode("messages", stored.bytes())?;
-        Ok(Some(record.into_message(id.0)))
+        Ok(Some(RecordView::read(stored.bytes())?.to_message(id)?))
     }
 
     /// The original payload of a message, byte for byte as the host gave it; for a message
@@ -782,15 +749,15 @@ impl StoreReader {
     pub fn original(&self, id: MessageId) -> Result<Original> {
         let table = self.txn.open_table(tables::MESSAGES)?;
         let stored = message_rows::get(&table, id.0)?.ok_or(StoreError::MessageNotFound(id))?;
-        let record: MessageRecord = codec::decode("messages", stored.bytes())?;
-        if !record.has_original {
-            let session = self.session(SessionId(record.session))?;
+        let record = RecordView::read(stored.bytes())?;
+        if !record.has_original() {
+            let session = self.session(record.session())?;
             let message = NewMessage {
-                role: record.role,
-                parts: record.parts,
-                created_at: record.created_at,
+                role: record.role(),
+                parts: record.parts()?,
+                created_at: record.created_at(),
                 original: None,
-                source_key: record.source_key,
+                source_key: record.source_key()?.map(str::to_owned),
             };
             return Ok(Original {
                 format: SourceFormat::Lcm,
@@ -803,7 +770,7 @@ impl StoreReader {
             detail: format!("{id} has a record but no original"),
         })?;
         Ok(Original {
-            format: record.source,
+            format: record.source(),
             bytes: bytes.value().to_vec(),
         })
     }
@@ -835,8 +802,7 @@ impl StoreReader {
     ) -> Result<()> {
         let every = MessageId(0)..MessageId(u64::MAX);
         self.session_records(session, seqs, every, |id, bytes| {
-            let record: MessageRecord = codec::decode("messages", bytes)?;
-            Ok(visit(record.into_message(id.0)))
+            Ok(visit(RecordView::read(bytes)?.to_message(id)?))
         })
     }
 
@@ -847,8 +813,7 @@ impl StoreReader {
         mut visit: impl FnMut(Message) -> ControlFlow<()>,
     ) -> Result<()> {
         self.range_records(ids, |id, bytes| {
-            let record: MessageRecord = codec::decode("messages", bytes)?;
-            Ok(visit(record.into_message(id.0)))
+            Ok(visit(RecordView::read(bytes)?.to_message(id)?))
         })
     }
 
@@ -1018,7 +983,7 @@ pub(crate) fn next_counter(meta_table: &mut redb::Table<&str, u64>, key: &str) -
 
 /// Counts the tokens of `m` and encodes its record (all but session and sequence number): the
 /// half of an append that needs no transaction.
-fn prepare_message(counting: Counting, session: SessionId, m: NewMessage) -> Prepared {
+fn prepare_message(counting: Counting, session: SessionId, m: NewMessage) -> Result<Prepared> {
     // A part that may pass the large-file threshold is counted on its own, once: the parts'
     // counts add up to the message's, and registering its file record needs them.
     let threshold = counting.files.large_file_tokens as usize;
@@ -1051,7 +1016,7 @@ fn encode_message(
     m: NewMessage,
     token_count: u32,
     part_tokens: Option<&[u64]>,
-) -> Prepared {
+) -> Result<Prepared> {
     let files = FileCandidates::of(
         &m.parts,
         token_count,
@@ -1063,28 +1028,30 @@ fn encode_message(
         Some(Original { format, bytes }) => (format, Some(bytes)),
         None => (SourceFormat::Lcm, None),
     };
-    let size_hint = 64 + m.parts.iter().map(encoded_len_hint).sum::<usize>();
-    let record_tail = codec::encode_tail(
-        &MessageRecordTail {
+    let mut record = Vec::new();
+    record::encode(
+        &RecordFields {
+            session,
+            seq: 0,
             role: m.role,
             created_at: m.created_at,
             token_count,
             source,
+            has_original: original.is_some(),
             parts: &m.parts,
             source_key: m.source_key.as_deref(),
-            has_original: original.is_some(),
         },
-        size_hint,
-    );
-    Prepared {
+        &mut record,
+    )?;
+    Ok(Prepared {
         session: session.0,
         created_at: m.created_at,
         token_count,
         files,
-        record_tail,
+        record,
         original,
         source_key: m.source_key,
-    }
+    })
 }
 
 /// Batches of at least this many messages are prepared on several threads: through a
@@ -1108,7 +1075,10 @@ type Incoming = (SessionId, NewMessage);
 type Counted = (Vec<Incoming>, Vec<u32>);
 
 /// The records of a counted chunk, encoded in order (on the thread that frees the messages).
-fn encode_counted(counting: Counting, (chunk, counts): Counted) -> impl Iterator<Item = Prepared> {
+fn encode_counted(
+    counting: Counting,
+    (chunk, counts): Counted,
+) -> impl Iterator<Item = Result<Prepared>> {
     chunk
         .into_iter()
         .zip(counts)
@@ -1158,8 +1128,6 @@ struct AppendTables<'t> {
     next_id: u64,
     touched: HashMap<u64, SessionRecord>,
     results: Vec<Appended>,
-    /// The head of the record being written (reused: one allocation per append).
-    record: Vec<u8>,
     /// The records written so far, gathered into rows.
     packs: PackWriter,
 }
@@ -1180,7 +1148,6 @@ impl<'t> AppendTables<'t> {
             next_id,
             touched: HashMap::new(),
             results: Vec::with_capacity(expected),
-            record: Vec::with_capacity(64),
             packs: PackWriter::default(),
         })
     }
@@ -1214,11 +1181,10 @@ impl<'t> AppendTables<'t> {
         session.first_message_at.get_or_insert(p.created_at);
         session.last_message_at = Some(p.created_at);
 
-        // The record: its head (session, sequence number), then the tail encoded by
-        // `prepare_message`, in one buffer reused for every message of the append.
-        codec::encode_head(&(p.session, seq), &mut self.record);
-        self.packs
-            .push(&mut self.records, id, &self.record, &p.record_tail)?;
+        // The record encoded by `prepare_message`, with its sequence number now known.
+        let mut p = p;
+        record::set_seq(&mut p.record, seq);
+        self.packs.push(&mut self.records, id, &p.record)?;
         if let Some(original) = &p.original {
             self.originals.insert(id, original.as_slice())?;
         }
@@ -1227,14 +1193,8 @@ impl<'t> AppendTables<'t> {
             self.source_keys.insert((p.session, key.as_str()), id)?;
         }
         if !p.files.is_empty() {
-            let (head, tail) = (&self.record, &p.record_tail);
-            let parts = || -> Result<Vec<Part>> {
-                let mut whole = Vec::with_capacity(head.len() + tail.len());
-                whole.extend_from_slice(head);
-                whole.extend_from_slice(tail);
-                let record: MessageRecord = codec::decode("messages", &whole)?;
-                Ok(record.parts)
-            };
+            let record = &p.record;
+            let parts = || -> Result<Vec<Part>> { RecordView::read(record)?.parts() };
             let appending = Appending {
                 id,
                 session: p.session,
@@ -1265,10 +1225,10 @@ impl<'t> AppendTables<'t> {
     }
 }
 
-/// The oldest schema this build reads without migrating it: schema 3 only added pack rows
-/// to `messages` (see `message_rows.rs`), so a schema-2 store reads as it is, and its first
-/// writable open records schema 3 (after which older builds refuse it).
-const READABLE_AS_IS: u64 = 2;
+/// The oldest schema this build reads without migrating it. Schema 6 changed the layout of
+/// every message record, so an older store must be opened writable once (which migrates it)
+/// before a read-only open can read it; a read-only open of one says so.
+const READABLE_AS_IS: u64 = 6;
 
 /// What a store file holds, as [`Store::layout`] finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1329,76 +1289,24 @@ fn validate_message(m: &NewMessage) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lcm_core::message::Role;
     use redb::ReadableDatabase;
 
-    /// Appends encode a record in two halves (the tail before the transaction, session and
-    /// sequence number inside it); the result must be what decoding a whole record expects.
+    /// An append encodes its records before the transaction assigns their sequence numbers
+    /// (`record::set_seq` fills them in): what is read back carries the assigned ones.
     #[test]
-    fn a_record_encoded_in_two_halves_equals_the_whole() {
-        let parts = vec![
-            Part::Text {
-                text: "héllo".into(),
-            },
-            Part::Reasoning { text: "why".into() },
-            Part::ToolCall {
-                id: "t1".into(),
-                name: "Bash".into(),
-                arguments: r#"{"command":"ls"}"#.into(),
-            },
-            Part::ToolResult {
-                call_id: "t1".into(),
-                content: "ok".into(),
-                is_error: true,
-            },
-            Part::File {
-                path: "/a".into(),
-                mime_type: Some("text/plain".into()),
-            },
-            Part::Binary {
-                media_type: "image/png".into(),
-                byte_len: 1 << 40,
-            },
-            Part::Opaque {
-                kind: "x".into(),
-                json: "{}".into(),
-            },
-        ];
-        for (session, seq, source_key, has_original) in [
-            (0u64, 0u64, None, false),
-            (7, 300, Some("line:12"), true),
-            (u64::MAX, u64::MAX - 1, Some(""), false),
-        ] {
-            let whole = MessageRecord {
-                session,
-                seq,
-                role: Role::Tool,
-                created_at: Timestamp(-5),
-                token_count: 70_000,
-                source: SourceFormat::ClaudeCode,
-                parts: parts.clone(),
-                source_key: source_key.map(str::to_owned),
-                has_original,
-            };
-            let tail = codec::encode_tail(
-                &MessageRecordTail {
-                    role: whole.role,
-                    created_at: whole.created_at,
-                    token_count: whole.token_count,
-                    source: whole.source,
-                    parts: &whole.parts,
-                    source_key,
-                    has_original,
-                },
-                0,
-            );
-            let mut halves = Vec::new();
-            codec::encode_head(&(session, seq), &mut halves);
-            halves.extend_from_slice(&tail);
-            assert_eq!(halves, codec::encode(&whole));
-            let back: MessageRecord = codec::decode("messages", &halves).unwrap();
-            assert_eq!(back.seq, seq);
-            assert_eq!(back.parts, parts);
-            assert_eq!(back.source_key.as_deref(), source_key);
+    fn records_encoded_before_the_transaction_carry_their_sequence_numbers() {
+        let store = Store::open_in_memory(options()).unwrap();
+        let a = store.create_session("a", None).unwrap();
+        let b = store.create_session("b", None).unwrap();
+        let batch: Vec<(SessionId, NewMessage)> = (0..10)
+            .map(|k| (if k % 3 == 0 { b } else { a }, varied_message(k)))
+            .collect();
+        store.append_mixed(batch).unwrap();
+        for (session, n) in [(a, 6), (b, 4)] {
+            let read = store.session_messages(session, 0..u64::MAX).unwrap();
+            let seqs: Vec<u64> = read.iter().map(|m| m.seq).collect();
+            assert_eq!(seqs, (0..n).collect::<Vec<u64>>());
         }
     }
 
@@ -1455,10 +1363,12 @@ mod tests {
         assert_eq!(version, Some(tables::STORE_SCHEMA + 1), "left as it was");
     }
 
-    /// A schema-2 store (plain rows only) is read as it is, read-only too; its first writable
-    /// open records schema 3 and batched appends then add packs beside the plain rows.
+    /// A schema-2 store (plain rows of layout-1 records) is refused by a read-only open, which
+    /// says what to do and writes nothing; its first writable open migrates it to the current
+    /// schema (records in the current layout), and batched appends then add packs beside the
+    /// plain rows.
     #[test]
-    fn a_schema_2_store_reads_as_it_is_and_takes_packs() {
+    fn a_schema_2_store_is_migrated_and_takes_packs() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lcm.redb");
         let session = {
@@ -1472,6 +1382,7 @@ mod tests {
         let set_version = |version: u64| {
             let db = Database::create(&path).unwrap();
             let txn = db.begin_write().unwrap();
+            assert_eq!(record_migration::write_layout_1(&txn).unwrap(), 5);
             txn.open_table(tables::META)
                 .unwrap()
                 .insert(meta::SCHEMA_VERSION, version)
@@ -1488,14 +1399,22 @@ mod tests {
                 .map(|v| v.value())
         };
         set_version(2);
-        {
-            let store = Store::open_read_only(&path, options()).unwrap();
-            let read = store.session_messages(session, 0..u64::MAX).unwrap();
-            assert_eq!(read.len(), 5);
-            assert_eq!(read[3].parts, varied_message(3).parts);
-        }
+        let file = std::fs::read(&path).unwrap();
+        let err = Store::open_read_only(&path, options()).expect_err("needs migration");
+        assert!(
+            matches!(err, StoreError::OlderSchema { found: 2, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("writable open upgrades it"),
+            "{err}"
+        );
+        assert!(std::fs::read(&path).unwrap() == file, "nothing written");
         assert_eq!(version(), Some(2), "a read-only open writes nothing");
         let store = Store::open(&path, options()).unwrap();
+        let read = store.session_messages(session, 0..u64::MAX).unwrap();
+        assert_eq!(read.len(), 5);
+        assert_eq!(read[3].parts, varied_message(3).parts);
         drop(store);
         assert_eq!(version(), Some(tables::STORE_SCHEMA));
         let store = Store::open(&path, options()).unwrap();
@@ -1574,8 +1493,7 @@ mod tests {
         let mut points = Vec::new();
         reader
             .records_of((0..400).step_by(7).map(MessageId), |id, bytes| {
-                let m: MessageRecord = codec::decode("messages", bytes)?;
-                points.push((id.0, m.seq));
+                points.push((id.0, RecordView::read(bytes)?.seq()));
                 Ok(ControlFlow::Continue(()))
             })
             .unwrap();

@@ -33,13 +33,15 @@
 //! watermark" is one range scan; `session_runs` gives each session's ordered view.
 //!
 //! Schema versions of the store (the `schema_version` meta key; each record also starts with the
-//! version of its own encoding, [`crate::codec::SCHEMA_VERSION`]): 1 kept each session's list as
+//! version of its own encoding: [`crate::record::RECORD_VERSION`] for messages,
+//! [`crate::codec::SCHEMA_VERSION`] for the rest): 1 kept each session's list as
 //! `session_messages`, one (session, seq) -> message row per message; 2 keeps it as runs; 3
 //! writes a batch's messages as packs (several records in one `messages` row); 4 adds the file
-//! tables (a schema-3 store reads as it is, with no file records); 5 adds `summary_digests` (a
-//! schema-4 store reads as it is, its summaries without digests). A writable open
-//! migrates a schema-1 store in one transaction; a schema-2 store is read as it is (it has only
-//! plain rows) and a writable open records schema 3.
+//! tables; 5 adds `summary_digests`; 6 stores every message record in lcm's own layout
+//! ([`crate::record`]) instead of bincode of the whole message. A writable open of an older
+//! store migrates it in one transaction (session lists to runs, records to the current layout,
+//! file records registered); a read-only open refuses it with
+//! [`crate::StoreError::OlderSchema`], which says to open it writable once.
 
 use redb::TableDefinition;
 
@@ -83,9 +85,9 @@ pub const MAP_PENDING: TableDefinition<(u64, u64), ()> = TableDefinition::new("m
 /// (job, item index) -> lease expiry (ms since the epoch) of every running item.
 pub const MAP_RUNNING: TableDefinition<(u64, u64), i64> = TableDefinition::new("map_running");
 
-/// The layout version this build writes (the `schema_version` meta key): 5, session lists as
-/// runs, messages in packs, file records, and summary digests.
-pub const STORE_SCHEMA: u64 = 5;
+/// The layout version this build writes (the `schema_version` meta key): 6, session lists as
+/// runs, messages in packs of records in lcm's own layout, file records, and summary digests.
+pub const STORE_SCHEMA: u64 = 6;
 
 /// Node kind byte in keys: messages 0, summaries 1.
 pub const NODE_MESSAGE: u8 = 0;

@@ -464,12 +464,11 @@ fn a_store_written_before_file_records_gets_them_at_its_first_writable_open() {
             "no file table any more"
         );
     }
-    {
-        let store = Store::open_read_only(&path, options).unwrap();
-        let reader = store.reader().unwrap();
-        assert_eq!(reader.file_count().unwrap(), 0);
-        assert!(reader.message_files(ids[1]).unwrap().is_none());
-        assert!(store.summary(leaf.id).unwrap().file_ids.is_empty());
+    // Since schema 6 (lcm's own record layout) an older store is only read once migrated: a
+    // read-only open says so.
+    match Store::open_read_only(&path, options) {
+        Err(lcm_store::StoreError::OlderSchema { found: 3, .. }) => {}
+        other => panic!("{:?}", other.map(|_| "opened")),
     }
     let store = Store::open(&path, options).unwrap();
     let reader = store.reader().unwrap();

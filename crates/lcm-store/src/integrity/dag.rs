@@ -296,7 +296,7 @@ fn report_missing_message_source(
         );
         return Ok(());
     };
-    let other = decode_view(&stored).ok().map(|v| v.session);
+    let other = decode_view(&stored).ok().map(|v| v.session().0);
     match other {
         Some(other) if other != session => f.push(
             ViolationKind::ForeignSource,

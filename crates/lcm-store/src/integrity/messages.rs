@@ -29,13 +29,12 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::ViolationKind;
 use super::sessions::report_rows_of_unknown_sessions;
 use super::shared::{
-    Facts, Findings, RESTORE, SessionWalk, Tables, decode_view, message_bytes, seq_span,
+    Facts, Findings, RESTORE, SessionWalk, Tables, decode_view, message_bytes, seq_span, validated,
 };
-use crate::codec;
 use crate::error::Result;
 use crate::message_rows;
+use crate::record::RecordView;
 use crate::session_runs;
-use crate::view::MessageRecordView;
 
 /// A message's `parent` when no summary of its session lists it as a source.
 pub(super) const NO_PARENT: u64 = u64::MAX;
@@ -191,14 +190,14 @@ pub(super) fn walk_runs(t: &Tables, f: &mut Findings, walk: &mut SessionWalk) ->
                     continue;
                 }
             };
-            if view.session != session || view.seq != seq {
+            if view.session().0 != session || view.seq() != seq {
                 entries_ok = false;
                 f.push(
                     ViolationKind::SessionIndexMismatch,
                     sid,
                     format!(
                         "its message #{seq} is msg_{id}, but msg_{id} is message #{} of ses_{}; restore session_runs from a backup",
-                        view.seq, view.session
+                        view.seq(), view.session()
                     ),
                     None,
                 );
@@ -213,8 +212,8 @@ pub(super) fn walk_runs(t: &Tables, f: &mut Findings, walk: &mut SessionWalk) ->
             list.push(MsgLite {
                 id,
                 seq,
-                at: view.created_at,
-                tokens: view.token_count,
+                at: view.created_at(),
+                tokens: view.token_count(),
                 parent: NO_PARENT,
             });
         }
@@ -229,15 +228,10 @@ pub(super) fn walk_runs(t: &Tables, f: &mut Findings, walk: &mut SessionWalk) ->
 }
 
 /// The message's `has_original` flag agrees with the `originals` table.
-fn check_original(
-    t: &Tables,
-    f: &mut Findings,
-    id: u64,
-    view: &MessageRecordView<'_>,
-) -> Result<()> {
+fn check_original(t: &Tables, f: &mut Findings, id: u64, view: &RecordView<'_>) -> Result<()> {
     let has_original = t.originals.get(id)?.is_some();
-    if has_original != view.has_original {
-        let detail = if view.has_original {
+    if has_original != view.has_original() {
+        let detail = if view.has_original() {
             "its record says the host gave an original, but none is stored: it is lost"
         } else {
             "an original is stored although its record says the host gave none \
@@ -261,9 +255,9 @@ fn check_source_key(
     f: &mut Findings,
     session: u64,
     id: u64,
-    view: &MessageRecordView<'_>,
+    view: &RecordView<'_>,
 ) -> Result<()> {
-    let Some(source_key) = view.source_key else {
+    let Some(source_key) = view.source_key()? else {
         return Ok(());
     };
     match t.source_keys.get((session, source_key))? {
@@ -345,9 +339,7 @@ fn check_stray_message(t: &Tables, f: &mut Findings, id: u64, record: Result<&[u
     if f.reported_messages.contains(&id) {
         return Ok(());
     }
-    let view = match record
-        .and_then(|bytes| codec::decode_borrowed::<MessageRecordView<'_>>("messages", bytes))
-    {
+    let view = match record.and_then(validated) {
         Ok(v) => v,
         Err(e) => {
             f.reported_messages.insert(id);
@@ -355,22 +347,20 @@ fn check_stray_message(t: &Tables, f: &mut Findings, id: u64, record: Result<&[u
             return Ok(());
         }
     };
-    let entry = session_runs::run_at(&t.session_runs, view.session, view.seq)?
-        .map(|run| run.id_of(view.seq));
-    if entry == Some(id) && t.sessions.get(view.session)?.is_some() {
+    let (session, seq) = (view.session().0, view.seq());
+    let entry = session_runs::run_at(&t.session_runs, session, seq)?.map(|run| run.id_of(seq));
+    if entry == Some(id) && t.sessions.get(session)?.is_some() {
         return Ok(());
     }
-    let detail = if t.sessions.get(view.session)?.is_none() {
-        format!("it belongs to ses_{}, which does not exist", view.session)
+    let detail = if t.sessions.get(session)?.is_none() {
+        format!("it belongs to ses_{session}, which does not exist")
     } else {
         match entry {
-            Some(other) => format!(
-                "it is message #{} of ses_{}, but that place holds msg_{other}",
-                view.seq, view.session
-            ),
+            Some(other) => {
+                format!("it is message #{seq} of ses_{session}, but that place holds msg_{other}")
+            }
             None => format!(
-                "it is message #{} of ses_{}, but the session's message list has no entry there",
-                view.seq, view.session
+                "it is message #{seq} of ses_{session}, but the session's message list has no entry there"
             ),
         }
     };
@@ -437,11 +427,11 @@ pub(super) fn stray_source_keys(t: &Tables, _: &Facts, f: &mut Findings) -> Resu
         let problem = match message_bytes(&t.messages, id)? {
             None => Some("which does not exist".to_owned()),
             Some(stored) => match decode_view(&stored) {
-                Ok(v) if v.session == s && v.source_key == Some(source_key) => None,
+                Ok(v) if v.session().0 == s && v.source_key()? == Some(source_key) => None,
                 Ok(v) => Some(format!(
                     "a message of ses_{} with {}",
-                    v.session,
-                    v.source_key.map_or_else(
+                    v.session(),
+                    v.source_key()?.map_or_else(
                         || "no source key".to_owned(),
                         |k| format!("source key `{k}`")
                     )

@@ -16,10 +16,10 @@ use crate::dag::SummaryRecord;
 use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
 use crate::message_rows;
+use crate::record::RecordView;
 use crate::session_runs;
 use crate::store::{SessionRecord, Store};
 use crate::tables::{self, NODE_MESSAGE, NODE_SUMMARY};
-use crate::view::MessageRecordView;
 
 /// What one repair did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,9 +162,9 @@ fn message_facts(
         .ok()
         .flatten()
         .and_then(|stored| {
-            codec::decode_borrowed::<MessageRecordView<'_>>("messages", stored.bytes())
+            RecordView::read(stored.bytes())
                 .ok()
-                .map(|v| (v.session, v.seq, v.created_at, v.token_count))
+                .map(|v| (v.session().0, v.seq(), v.created_at(), v.token_count()))
         })
 }
 

@@ -12,12 +12,11 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata}
 use super::dag::SumLite;
 use super::messages::{self, SessionMessages};
 use super::{Counts, MAX_LISTED_VIOLATIONS, Repair, Violation, ViolationKind};
-use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::message_rows::{self, StoredRecord};
+use crate::record::RecordView;
 use crate::store::SessionRecord;
 use crate::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
-use crate::view::MessageRecordView;
 
 /// What a human should do about damage lcm cannot repair safely.
 pub(super) const RESTORE: &str = "restore the store from a backup";
@@ -279,17 +278,24 @@ pub(super) fn message_bytes<'t>(
     }
 }
 
-/// The view of a record found by [`message_bytes`].
+/// The view of a record found by [`message_bytes`], validated whole ([`RecordView::validate`]).
 pub(super) fn decode_view<'a>(
     stored: &'a std::result::Result<StoredRecord<'_>, String>,
-) -> Result<MessageRecordView<'a>> {
+) -> Result<RecordView<'a>> {
     match stored {
-        Ok(record) => codec::decode_borrowed("messages", record.bytes()),
+        Ok(record) => validated(record.bytes()),
         Err(detail) => Err(StoreError::Corrupt {
             table: "messages",
             detail: detail.clone(),
         }),
     }
+}
+
+/// A record read and validated whole: what the integrity check calls decodable.
+pub(super) fn validated(bytes: &[u8]) -> Result<RecordView<'_>> {
+    let view = RecordView::read(bytes)?;
+    view.validate()?;
+    Ok(view)
 }
 
 /// `#a` or `#a..#b` for the sequence numbers `from..to` (exclusive).
