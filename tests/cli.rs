@@ -235,16 +235,8 @@ fn doctor_checks_compacted_data_and_repairs_a_counter() {
     assert!(clean["check"]["checked"]["summaries"].as_u64() > Some(0));
     assert_eq!(clean["repair"], Value::Null);
 
-    // Damage: the message counter behind the stored messages (raw redb write, lcm not running).
-    {
-        let db = redb::Database::open(dir.join("lcm.redb")).unwrap();
-        let txn = db.begin_write().unwrap();
-        txn.open_table(lcm::store::tables::META)
-            .unwrap()
-            .insert(lcm::store::tables::meta::NEXT_MESSAGE, 0)
-            .unwrap();
-        txn.commit().unwrap();
-    }
+    // Damage: the message counter behind the stored messages (a raw write, lcm not running).
+    lcm::store::damage::set_counter(&dir.join("lcm.redb"), "next_message", 0).unwrap();
     let broken = lcm(dir, &["doctor"]);
     assert!(!broken.status.success());
     let stdout = String::from_utf8_lossy(&broken.stdout);
@@ -847,4 +839,36 @@ fn a_twelve_thousand_row_csv_read_fits_a_32k_context_by_reference() {
     let out = lcm(&data, &["show", "--original", "msg_2"]);
     assert!(out.status.success());
     assert_eq!(&out.stdout[..out.stdout.len() - 1], text[2].as_bytes());
+}
+
+/// A data directory written by the previous schema (lcm-store's committed fixture) is migrated
+/// by the first command that opens it, and `lcm doctor` then finds nothing wrong.
+#[test]
+fn a_store_of_the_previous_schema_is_migrated_and_passes_doctor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("crates/lcm-store/tests/fixtures/schema5/lcm.redb"),
+        dir.join("lcm.redb"),
+    )
+    .unwrap();
+    let report = json(&lcm(dir, &["doctor", "--json"]));
+    assert_eq!(
+        report["check"]["violations"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(
+        report["check"]["checked"]["messages"].as_u64(),
+        Some(29),
+        "{report}"
+    );
+    assert_eq!(
+        report["check"]["checked"]["summaries"].as_u64(),
+        Some(2),
+        "{report}"
+    );
+    let found = json(&lcm(dir, &["grep", "--json", "cannot find"]));
+    assert_eq!(found["hits"][0]["message"], "msg_27", "{found}");
 }

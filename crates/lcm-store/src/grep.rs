@@ -1,6 +1,6 @@
 //! Grep over the whole history: regex (complete and exact) and full text (ranked).
 //!
-//! **Regex.** The pattern is planned into a trigram query ([`crate::trigram`]); the index returns
+//! **Regex.** The pattern is planned into a trigram query ([`lcm_regex::trigram`]); the index returns
 //! the candidate messages in id order, and each candidate is verified with the real regex on the
 //! stored text, so every hit is real. A pattern with no usable literal has no trigram query and
 //! is answered by a scan of the store. Messages appended after the index's watermark are always
@@ -29,10 +29,10 @@ use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
 use crate::message_rows::{InRow, Step};
 use crate::record::RecordView;
-use crate::required::Required;
-use crate::start_classes::{StartClasses, StartSearch};
 use crate::store::{Store, StoreReader};
-use crate::trigram;
+use lcm_regex::required::Required;
+use lcm_regex::start_classes::{StartClasses, StartSearch};
+use lcm_regex::trigram;
 
 /// Longest pattern accepted.
 const MAX_PATTERN_LEN: usize = 4_096;

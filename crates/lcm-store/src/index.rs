@@ -6,7 +6,7 @@
 //!   tokenised into stemmed, lowercased words, for ranked BM25 full-text search);
 //! - the trigram index (`trigram_index.rs`, in `trigrams/`): which messages hold each
 //!   lowercased character trigram, to narrow regex search to the messages that can match (see
-//!   [`crate::trigram`]).
+//!   [`lcm_regex::trigram`]).
 //!
 //! **Watermark.** Every message with an id below the watermark is indexed in both, none above
 //! it. The index writes the watermark as the payload of the tantivy commit that adds the
@@ -34,8 +34,8 @@ use crate::error::{Result, StoreError};
 use crate::grep::Scope;
 use crate::record::RecordView;
 use crate::store::Store;
-use crate::trigram::TrigramQuery;
 use crate::trigram_index::{Segment, TrigramBuilder, TrigramIndex};
+use lcm_regex::trigram::TrigramQuery;
 
 const WORDS_TOKENIZER: &str = "en_stem";
 /// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.

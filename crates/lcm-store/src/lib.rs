@@ -22,6 +22,8 @@ mod coalesced_file;
 pub mod codec;
 mod cores;
 pub mod dag;
+#[doc(hidden)]
+pub mod damage;
 pub mod data_dir;
 mod db;
 pub mod error;
@@ -35,15 +37,15 @@ mod message_rows;
 mod pipeline;
 pub mod record;
 mod record_migration;
-mod required;
 mod session_runs;
-mod start_classes;
 pub mod store;
 pub mod tables;
-pub mod trigram;
 mod trigram_index;
 mod trigram_keys;
 pub mod word_tokens;
+
+/// Trigram plans of a regex ([`lcm_regex::trigram`]), re-exported where they were.
+pub use lcm_regex::trigram;
 
 pub use dag::ApplyOutcome;
 pub use data_dir::DataDir;

@@ -1,5 +1,5 @@
 //! The trigram index: for each lowercased character trigram, the messages whose text holds it,
-//! to narrow regex search to the messages that can match ([`crate::trigram`] plans the query,
+//! to narrow regex search to the messages that can match ([`lcm_regex::trigram`] plans the query,
 //! [`crate::trigram_keys`] keys the trigrams).
 //!
 //! Messages never change and their ids only grow, so the index is a list of immutable
@@ -37,8 +37,8 @@ use std::sync::{Arc, RwLock};
 use rustc_hash::FxHashMap;
 
 use crate::error::{Result, StoreError};
-use crate::trigram::TrigramQuery;
 use crate::trigram_keys::{ASCII_TRIGRAMS, DistinctTrigrams, ascii_slot, gram_key};
+use lcm_regex::trigram::TrigramQuery;
 
 const MAGIC: &[u8; 8] = b"LCMTRI01";
 const FOOTER_LEN: usize = 5 * 8 + MAGIC.len();

@@ -1,6 +1,6 @@
 //! The trigrams of a text as the trigram index ([`crate::trigram_index`]) keys them: each
 //! distinct lowercased character trigram once, packed into a number, except those that start or
-//! end with ASCII whitespace ([`crate::trigram::is_indexed`]) and those holding a character
+//! end with ASCII whitespace ([`lcm_regex::trigram::is_indexed`]) and those holding a character
 //! whose lowercase is not exactly one character (`İ`), which the query planner never asks for.
 //!
 //! A key is the three lowercased characters packed 21 bits each ([`pack`]); the planner's grams
@@ -12,7 +12,7 @@
 
 use rustc_hash::FxHashSet;
 
-use crate::trigram::is_edge_space;
+use lcm_regex::trigram::is_edge_space;
 
 /// Buffers that grew beyond this many entries are dropped after a text, so that one huge message
 /// does not pin their memory.
@@ -186,7 +186,7 @@ mod tests {
         let mut out = Vec::new();
         while stream.advance() {
             let gram = &stream.token().text;
-            if gram.chars().count() == 3 && crate::trigram::is_indexed(gram) {
+            if gram.chars().count() == 3 && lcm_regex::trigram::is_indexed(gram) {
                 out.push(gram.clone());
             }
         }

@@ -29,14 +29,14 @@ const MAX_RANGES: usize = 4;
 const MAX_CANDIDATE_RATE: f64 = 0.003;
 
 /// Candidates tried in one text before [`StartSearch`] checks how dense they are.
-pub(crate) const DENSE_AFTER: usize = 16;
+pub const DENSE_AFTER: usize = 16;
 /// Candidates closer together than this many bytes on average are too dense to try one by one.
-pub(crate) const DENSE_SPACING: usize = 64;
+pub const DENSE_SPACING: usize = 64;
 
 /// The byte classes of the first positions of every match of a regex (see the module
 /// documentation).
 #[derive(Debug, Clone)]
-pub(crate) struct StartClasses {
+pub struct StartClasses {
     /// One entry per leading position (1..=[`MAX_POSITIONS`]).
     positions: Vec<Position>,
 }
@@ -80,7 +80,7 @@ impl StartClasses {
     /// The start classes of `hir`, if worth a prefilter: the pattern holds no literal byte (a
     /// literal gives the regex engine a better prefilter of its own), cannot match the empty
     /// string, and its first positions are fixed ASCII classes rare enough in text.
-    pub(crate) fn of(hir: &Hir) -> Option<StartClasses> {
+    pub fn of(hir: &Hir) -> Option<StartClasses> {
         if hir.properties().minimum_len().is_none_or(|n| n == 0) || has_literal(hir) {
             return None;
         }
@@ -97,7 +97,7 @@ impl StartClasses {
 
     /// The first offset at or after `from` where every leading position's byte is in its class
     /// (a match can start nowhere else), if any.
-    pub(crate) fn find(&self, hay: &[u8], from: usize) -> Option<usize> {
+    pub fn find(&self, hay: &[u8], from: usize) -> Option<usize> {
         let (first, rest) = self.positions.split_first()?;
         // Of a word's eight start offsets, those whose every position lies in the word.
         let step = 8 - rest.len();
@@ -142,7 +142,7 @@ impl StartClasses {
 /// requires ([`Required`]) passes over texts that cannot hold a match, or, for a pattern of
 /// bounded length, narrows the search to the stretches around what it requires.
 #[derive(Debug, Clone)]
-pub(crate) struct StartSearch<'r> {
+pub struct StartSearch<'r> {
     classes: Option<&'r StartClasses>,
     required: Option<&'r Required>,
     /// Whether the prefilter is in use for the current stretch of text.
@@ -158,7 +158,7 @@ const PROBE_BYTES: usize = 64 << 10;
 const OFF_BYTES: usize = 1 << 20;
 
 impl<'r> StartSearch<'r> {
-    pub(crate) fn new(classes: Option<&'r StartClasses>, required: Option<&'r Required>) -> Self {
+    pub fn new(classes: Option<&'r StartClasses>, required: Option<&'r Required>) -> Self {
         StartSearch {
             classes,
             required,
@@ -170,7 +170,7 @@ impl<'r> StartSearch<'r> {
 
     /// The end of the earliest match of `regex` in `hay` at or after `from`, as the regex's
     /// own search with `earliest` reports it.
-    pub(crate) fn earliest_end(
+    pub fn earliest_end(
         &mut self,
         regex: &Regex,
         cache: &mut Cache,
@@ -244,7 +244,7 @@ impl<'r> StartSearch<'r> {
 }
 
 /// The regex's own search for the earliest end of a match in `hay` at or after `from`.
-pub(crate) fn plain_earliest_end(
+pub fn plain_earliest_end(
     regex: &Regex,
     cache: &mut Cache,
     hay: &[u8],
@@ -255,7 +255,7 @@ pub(crate) fn plain_earliest_end(
 }
 
 /// Whether `hir` has a literal anywhere.
-pub(crate) fn has_literal(hir: &Hir) -> bool {
+pub fn has_literal(hir: &Hir) -> bool {
     match hir.kind() {
         HirKind::Literal(_) => true,
         HirKind::Empty | HirKind::Look(_) | HirKind::Class(_) => false,
@@ -266,7 +266,7 @@ pub(crate) fn has_literal(hir: &Hir) -> bool {
 }
 
 /// A set of bytes.
-pub(crate) type ByteSet = [bool; 256];
+pub type ByteSet = [bool; 256];
 
 /// Pushes onto `out` the sets of bytes that the first positions of every match of `hir` hold,
 /// as far as they are fixed (at most [`MAX_POSITIONS`] in all); returns whether every match
@@ -344,7 +344,7 @@ fn has_wider_characters(class: &regex_syntax::hir::ClassUnicode) -> bool {
 /// The bytes of `class`'s members: for a class of characters, the bytes a character can start
 /// with, and every byte of 0x80 and above when it has non-ASCII members (the bytes of a longer
 /// character).
-pub(crate) fn class_bytes(class: &Class) -> ByteSet {
+pub fn class_bytes(class: &Class) -> ByteSet {
     match class {
         Class::Unicode(class) => unicode_class_bytes(class),
         Class::Bytes(class) => {
@@ -405,7 +405,7 @@ fn position_of(set: &ByteSet) -> Option<Position> {
 
 /// A rough share of the bytes of English prose and code in `set`: lower-case letters and spaces
 /// are common, capitals and digits rare.
-pub(crate) fn typical_share(set: &ByteSet) -> f64 {
+pub fn typical_share(set: &ByteSet) -> f64 {
     // Non-ASCII bytes: box drawing, arrows, emoji and accents in mostly English transcripts.
     let high = if set[0x80..].iter().any(|&b| b) {
         HIGH_SHARE

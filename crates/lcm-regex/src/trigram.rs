@@ -325,14 +325,14 @@ pub fn is_indexed(gram: &str) -> bool {
 /// character and its last byte ends its last one, so ASCII whitespace there is the character
 /// itself (`u8::is_ascii_whitespace` would leave out the vertical tab, which `\s` includes).
 #[inline]
-pub(crate) fn is_indexed_bytes(window: &[u8]) -> bool {
+pub fn is_indexed_bytes(window: &[u8]) -> bool {
     let edge = |b: &u8| is_edge_space(*b);
     !(window.first().is_some_and(edge) || window.last().is_some_and(edge))
 }
 
 /// The ASCII whitespace no indexed trigram starts or ends with (as `\s` counts it).
 #[inline]
-pub(crate) fn is_edge_space(byte: u8) -> bool {
+pub fn is_edge_space(byte: u8) -> bool {
     matches!(byte, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
 }
 

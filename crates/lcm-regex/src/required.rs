@@ -46,7 +46,7 @@ const MAX_RUN_SHARE: f64 = 0.25;
 
 /// What every match of a regex requires of a text (see the module documentation).
 #[derive(Debug, Clone)]
-pub(crate) struct Required {
+pub struct Required {
     needs: Needs,
     /// The most bytes a match can span, if that is bounded by [`MAX_WINDOW`].
     max_len: Option<usize>,
@@ -87,7 +87,7 @@ struct Place {
 impl Required {
     /// What every match of `hir` requires, if that is anything the engine does not already
     /// look for itself.
-    pub(crate) fn of(hir: &Hir) -> Option<Required> {
+    pub fn of(hir: &Hir) -> Option<Required> {
         // A fast prefilter on the literals a match starts with is what the engine runs first
         // anyway: a second search for literals would only repeat it.
         let engine_prefilters =
@@ -121,12 +121,12 @@ impl Required {
     }
 
     /// Whether a match's length is bounded, so that [`Self::earliest_end`] applies.
-    pub(crate) fn is_bounded(&self) -> bool {
+    pub fn is_bounded(&self) -> bool {
         self.max_len.is_some()
     }
 
     /// Whether `hay` may hold a match (`false`: it certainly holds none).
-    pub(crate) fn may_match(&self, hay: &[u8]) -> bool {
+    pub fn may_match(&self, hay: &[u8]) -> bool {
         self.next_place(hay, 0).is_some()
     }
 
@@ -141,7 +141,7 @@ impl Required {
     /// holds that place, and the next one is tried. Where places are dense, one plain search
     /// from the current stretch's start is cheaper (and exact: a match starting earlier would
     /// hold an earlier place).
-    pub(crate) fn earliest_end(
+    pub fn earliest_end(
         &self,
         regex: &Regex,
         cache: &mut Cache,

@@ -1,0 +1,167 @@
+//! The layering of the workspace, checked on its manifests and sources: every crate depends
+//! only on the crates below it, nothing above the store names redb (so that a second storage
+//! backend can replace it without touching the engine, the daemon or the tools), and the regex
+//! planning crate depends on nothing but the regex crates.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The names in a manifest's dependency tables (`[dependencies]`, `[dev-dependencies]`,
+/// `[build-dependencies]`, target-specific ones too).
+fn dependencies(manifest: &Path, kinds: &[&str]) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let doc: toml::Table = toml::from_str(&text).unwrap();
+    let mut names = BTreeSet::new();
+    let mut add = |table: &toml::Table| {
+        for kind in kinds {
+            if let Some(deps) = table.get(*kind).and_then(toml::Value::as_table) {
+                names.extend(deps.keys().cloned());
+            }
+        }
+    };
+    add(&doc);
+    if let Some(targets) = doc.get("target").and_then(toml::Value::as_table) {
+        for target in targets.values().filter_map(toml::Value::as_table) {
+            add(target);
+        }
+    }
+    names
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The crates of the workspace from the bottom up: each may depend on those before it only.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("lcm-core", &[]),
+    ("lcm-regex", &[]),
+    ("lcm-files", &["lcm-core"]),
+    ("lcm-llm", &["lcm-core"]),
+    ("lcm-store", &["lcm-core", "lcm-files", "lcm-regex"]),
+    (
+        "lcm-engine",
+        &["lcm-core", "lcm-files", "lcm-llm", "lcm-regex", "lcm-store"],
+    ),
+    (
+        "lcm-server",
+        &[
+            "lcm-core",
+            "lcm-engine",
+            "lcm-llm",
+            "lcm-regex",
+            "lcm-store",
+        ],
+    ),
+    (
+        "lcm-mcp",
+        &["lcm-core", "lcm-engine", "lcm-regex", "lcm-store"],
+    ),
+    (
+        "lcm-cli",
+        &[
+            "lcm-core",
+            "lcm-engine",
+            "lcm-llm",
+            "lcm-mcp",
+            "lcm-regex",
+            "lcm-server",
+            "lcm-store",
+        ],
+    ),
+];
+
+/// The crates above the store, and the facade: none may name redb.
+const ABOVE_THE_STORE: &[&str] = &["lcm-engine", "lcm-server", "lcm-mcp", "lcm-cli"];
+
+#[test]
+fn every_crate_depends_only_on_the_crates_below_it() {
+    let mut listed: Vec<&str> = LAYERS.iter().map(|(name, _)| *name).collect();
+    listed.sort_unstable();
+    let mut found: Vec<String> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort_unstable();
+    assert_eq!(found, listed, "every crate has its place in LAYERS");
+    for (name, allowed) in LAYERS {
+        let manifest = root().join("crates").join(name).join("Cargo.toml");
+        let ours: BTreeSet<String> = dependencies(&manifest, &["dependencies"])
+            .into_iter()
+            .filter(|d| d.starts_with("lcm-"))
+            .collect();
+        let extra: Vec<&String> = ours
+            .iter()
+            .filter(|d| !allowed.contains(&d.as_str()))
+            .collect();
+        assert!(
+            extra.is_empty(),
+            "{name} depends on {extra:?}, which are not below it"
+        );
+    }
+}
+
+#[test]
+fn nothing_above_the_store_names_redb() {
+    let kinds = ["dependencies", "dev-dependencies", "build-dependencies"];
+    let mut manifests: Vec<PathBuf> = ABOVE_THE_STORE
+        .iter()
+        .map(|name| root().join("crates").join(name).join("Cargo.toml"))
+        .collect();
+    manifests.push(root().join("Cargo.toml"));
+    for manifest in &manifests {
+        let deps = dependencies(manifest, &kinds);
+        assert!(
+            !deps.contains("redb"),
+            "{} depends on redb: only lcm-store may",
+            manifest.display()
+        );
+    }
+    let mut files = Vec::new();
+    for name in ABOVE_THE_STORE {
+        sources(&root().join("crates").join(name), &mut files);
+    }
+    for dir in ["src", "tests", "benches", "examples"] {
+        sources(&root().join(dir), &mut files);
+    }
+    assert!(files.len() > 50, "the sources were found ({})", files.len());
+    let this = Path::new(file!()).file_name().unwrap();
+    for file in files {
+        if file.file_name() == Some(this) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            !text.contains("redb::"),
+            "{} uses redb directly: go through lcm-store's API",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn the_regex_planning_crate_depends_only_on_the_regex_crates() {
+    let manifest = root().join("crates/lcm-regex/Cargo.toml");
+    let deps = dependencies(&manifest, &["dependencies"]);
+    let expected: BTreeSet<String> = ["regex-automata", "regex-syntax"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(deps, expected);
+}
