@@ -2,12 +2,10 @@
 //! `shared/tools/local-llm`, or any server speaking both shapes). Runs only when
 //! `LCM_LLM_BASE_URL` is set (for example `http://127.0.0.1:8089/v1`); prints SKIPPED otherwise.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::counter;
+use crate::common::counter;
 use lcm_llm::{
     AnthropicProvider, HttpConfig, LlmSummarizer, OpenAiProvider, Provider, SummaryRequest,
     summarize_with_escalation,

@@ -1,11 +1,9 @@
 //! Retries, backoff, Retry-After, timeouts and failure classification, over real HTTP against
 //! the scripted loopback server.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::fast_config;
+use crate::common::fast_config;
 use lcm_llm::testing::{ScriptedReply, ScriptedServer};
 use lcm_llm::{AnthropicProvider, CompletionRequest, OpenAiProvider, Provider, ProviderError};
 

@@ -2,13 +2,11 @@
 //! request counts, temperatures and prompts per level) and with plain summarisers for the edges.
 //! Whatever happens, the result is smaller than the input and at most two calls are made.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{counter, fast_config, transcript};
 use async_trait::async_trait;
-use common::{counter, fast_config, transcript};
 use lcm_llm::testing::{ScriptedReply, ScriptedServer};
 use lcm_llm::{
     AnthropicProvider, Completion, EscalationLevel, ExtractiveSummarizer, LlmSummarizer,

@@ -1,9 +1,7 @@
 //! The Anthropic Messages client against the scripted loopback server: endpoint rule, headers
 //! (`x-api-key`, `anthropic-version`), top-level `system`, text and thinking blocks.
 
-mod common;
-
-use common::{KEY, MODEL, fast_config};
+use crate::common::{KEY, MODEL, fast_config};
 use lcm_llm::testing::{ApiShape, ScriptedReply, ScriptedServer};
 use lcm_llm::{AnthropicProvider, ChatMessage, CompletionRequest, HttpConfig, Provider};
 

@@ -2,11 +2,9 @@
 //! without sending a request, lets one probe through after the cooldown, and closes on success
 //! or reopens on failure.
 
-mod common;
-
 use std::time::Duration;
 
-use common::fast_config;
+use crate::common::fast_config;
 use lcm_llm::testing::{ScriptedReply, ScriptedServer};
 use lcm_llm::{CompletionRequest, OpenAiProvider, Provider, ProviderError};
 

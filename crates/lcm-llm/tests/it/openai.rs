@@ -1,9 +1,7 @@
 //! The OpenAI-compatible client against the scripted loopback server: request shape (model,
 //! temperature, max_tokens, system placement, bearer auth) and response parsing.
 
-mod common;
-
-use common::{KEY, MODEL, fast_config};
+use crate::common::{KEY, MODEL, fast_config};
 use lcm_llm::testing::{ApiShape, ScriptedReply, ScriptedServer};
 use lcm_llm::{ChatMessage, CompletionRequest, OpenAiProvider, Provider, ProviderError};
 

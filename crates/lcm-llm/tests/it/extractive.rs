@@ -1,9 +1,7 @@
 //! The extractive summariser: deterministic, under the target, keeps the informative lines
 //! (errors, paths, decisions) over filler, and keeps the original order.
 
-mod common;
-
-use common::{counter, transcript};
+use crate::common::{counter, transcript};
 use lcm_llm::ExtractiveSummarizer;
 
 fn filler(n: usize) -> Vec<String> {

@@ -2,9 +2,7 @@
 //! request bodies (tools, assistant tool calls, tool results), response parsing (text, calls,
 //! stop reason, usage), call ids round-tripping, malformed arguments, retries and bad answers.
 
-mod common;
-
-use common::{KEY, MODEL, fast_config};
+use crate::common::{KEY, MODEL, fast_config};
 use lcm_llm::testing::{ApiShape, ScriptedReply, ScriptedServer};
 use lcm_llm::{
     AnthropicProvider, ChatProvider, ChatRequest, ChatTurn, OpenAiProvider, ProviderError,
