@@ -20,8 +20,7 @@ use lcm_llm::extractive::ExtractiveSummarizer;
 use lcm_store::{FileRules, Store, StoreOptions};
 use proptest::prelude::*;
 
-mod common;
-use common::{assert_anthropic_pairing, assert_openai_pairing};
+use crate::common::{assert_anthropic_pairing, assert_openai_pairing};
 
 /// Smaller than the default (25,000) so that random sessions of a test's size meet it often.
 const LARGE_FILE_TOKENS: u32 = 6_000;

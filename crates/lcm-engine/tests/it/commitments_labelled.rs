@@ -19,8 +19,7 @@ use lcm_core::time::Timestamp;
 use lcm_llm::structured::extract::Tracker;
 use serde::Deserialize;
 
-mod common;
-use common::shared_data;
+use crate::common::shared_data;
 
 #[derive(Debug, Deserialize)]
 struct Labels {

@@ -31,8 +31,7 @@ use lcm_llm::summarize::Summarizer;
 use lcm_llm::{ExtractiveSummarizer, StructuredSummarizer};
 use lcm_store::{Store, StoreOptions};
 
-mod common;
-use common::{real_session_messages, shared_data, summaries_above};
+use crate::common::{real_session_messages, shared_data, summaries_above};
 
 /// What the harness prints and checks for one session, budget and summariser.
 #[derive(Debug, Default, Clone)]

@@ -22,7 +22,8 @@ use lcm_llm::summarize::LlmSummarizer;
 use lcm_llm::testing::{ScriptedReply, ScriptedServer};
 use lcm_store::{Store, StoreOptions};
 
-mod common;
+use crate::common;
+
 fn counter() -> TokenCounter {
     TokenCounter::new(Encoding::O200kBase)
 }

@@ -13,8 +13,7 @@ use lcm_store::import::{ImportOptions, import_file};
 use lcm_store::{ApplyOutcome, Store, StoreOptions};
 use serde_json::Value;
 
-mod common;
-use common::{assert_anthropic_pairing, assert_openai_pairing};
+use crate::common::{assert_anthropic_pairing, assert_openai_pairing};
 
 fn store() -> Store {
     Store::open_in_memory(StoreOptions::new(TokenCounter::new(Encoding::O200kBase))).unwrap()

@@ -20,8 +20,7 @@ use lcm_store::import::{ImportOptions, import_file};
 use lcm_store::{SearchIndex, Store, StoreOptions};
 use serde_json::{Value, json};
 
-mod common;
-use common::{real_sessions, shared_data};
+use crate::common::{real_sessions, shared_data};
 
 /// Strings sampled per session.
 const SAMPLES_PER_SESSION: usize = 200;

@@ -17,8 +17,7 @@ use lcm_engine::{ContextItem, assemble, compact, effective_budget};
 use lcm_llm::ExtractiveSummarizer;
 use serde_json::{Value, json};
 
-mod common;
-use common::{real_session_messages as sessions, shared_data};
+use crate::common::{real_session_messages as sessions, shared_data};
 
 /// Paths of the `Read` calls whose result is not an error.
 fn read_paths(messages: &[NewMessage]) -> BTreeSet<String> {

@@ -13,8 +13,7 @@ use lcm_engine::{ContextItem, assemble, compact};
 use lcm_llm::StructuredSummarizer;
 use lcm_store::{Store, StoreOptions};
 
-mod common;
-use common::summaries_above;
+use crate::common::summaries_above;
 
 /// The window the session is compacted for.
 const BUDGET: u64 = 2_000;
