@@ -4,15 +4,13 @@
 //! daemon over loopback HTTP, lcm-llm's scripted upstream recording every request, and every
 //! log line of the process captured (at TRACE) to check that no key is ever logged.
 
-mod common;
-
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{Setup, TestServer, start};
+use crate::common::{Setup, TestServer, start};
 use lcm_core::config::{Config, ProviderKind};
 use lcm_core::summary::Summary;
 use lcm_engine::runtime::{Runtime, RuntimeOptions};
@@ -46,7 +44,9 @@ impl Write for Capture {
 }
 
 /// Installs (once) a TRACE subscriber for the whole process (every thread, `log` records too)
-/// writing into a buffer.
+/// writing into a buffer. The tests of the binary's other modules log into it too, running
+/// alongside: harmless, since the checks below look for this module's own keys (which no other
+/// test uses) and for lines the proxy always logs, and no other test installs a subscriber.
 fn capture_logs() {
     LOGS.get_or_init(|| {
         let buffer = Arc::new(Mutex::new(Vec::new()));

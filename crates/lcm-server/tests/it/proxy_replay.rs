@@ -9,13 +9,11 @@
 //! message, long gone from what the upstream sees, is found again: on a last turn the upstream
 //! calls `lcm_grep` for it, and the tool result the proxy sends back holds it.
 
-mod common;
-
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::{Setup, start};
+use crate::common::{Setup, start};
 use lcm_core::formats::{LineContext, LineOutcome, claude_code};
 use lcm_core::tokens::TokenCounter;
 use lcm_llm::testing::{ScriptedReply, ScriptedServer};
@@ -133,7 +131,7 @@ async fn a_real_claude_code_session_replays_within_the_budget_and_early_details_
     setup.config.proxy.anthropic_base_url = upstream.url();
     setup.config.proxy.context_budget_tokens = BUDGET;
     // The upstream replays recorded answers in order: compactions summarise offline here, not
-    // with the client's model at the same upstream (tests/proxy_client_model.rs covers that).
+    // with the client's model at the same upstream (tests/it/proxy_client_model.rs covers that).
     setup.config.proxy.summary_calls_per_window = 0;
     let server = start(setup, tmp, root).await;
     let counter = TokenCounter::new(server.runtime.config().tokenizer.encoding());

@@ -3,9 +3,7 @@
 //! get 413; malformed JSON gets a clear 400; a map input or output path outside the allowed
 //! roots is refused. In every rejected case, the store is unchanged.
 
-mod common;
-
-use common::{Setup, start};
+use crate::common::{self, Setup, start};
 use lcm_server::TokenSource;
 use reqwest::{Method, StatusCode};
 use serde_json::json;

@@ -3,9 +3,7 @@
 //! integrity, metrics, JSON errors for every kind of failure, and a graceful stop that
 //! releases the store.
 
-mod common;
-
-use common::{Setup, start, start_default};
+use crate::common::{Setup, start, start_default};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 

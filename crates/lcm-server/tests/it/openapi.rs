@@ -2,11 +2,9 @@
 //! every route of the route table is documented with its method, and every documented
 //! operation is one the router serves (checked over HTTP: no `no_route`, no 405).
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::start_default;
+use crate::common::start_default;
 use lcm_server::{Access, ROUTES};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;

@@ -3,12 +3,10 @@
 //! `map_progress` events, `map_finished`, the final record, and the stream closes); progress
 //! and metrics agree with the store; a cancelled job ends its stream too.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Setup, TestServer, start};
+use crate::common::{self, Setup, TestServer, start};
 use lcm_engine::tools::{Tool, ToolContext, ToolDefinition, ToolError};
 use lcm_llm::testing::{RecordedRequest, ScriptedReply, ScriptedServer};
 use reqwest::StatusCode;

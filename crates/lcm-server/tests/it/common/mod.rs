@@ -1,7 +1,5 @@
 //! A daemon on an ephemeral port over a temporary data directory, and a small JSON client.
 
-#![allow(dead_code)]
-
 pub mod load;
 
 use std::net::SocketAddr;

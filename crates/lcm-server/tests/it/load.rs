@@ -3,10 +3,8 @@
 //! assemble with compactions running; no request fails, every acknowledged message is stored
 //! exactly once, every context is within its budget, and the store passes the integrity check.
 
-mod common;
-
-use common::load::{LoadShape, run, session_key};
-use common::{Setup, start};
+use crate::common::load::{LoadShape, run, session_key};
+use crate::common::{Setup, start};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

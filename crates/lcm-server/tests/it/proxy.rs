@@ -3,15 +3,13 @@
 //! streaming one, since the scripted server answers in one piece), and every request the
 //! upstream receives is recorded and checked.
 
-mod common;
-
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::{Setup, TestServer, start};
 use axum::body::{Body, Bytes};
-use common::{Setup, TestServer, start};
 use lcm_core::message::{Message, Part, Role};
 use lcm_core::tokens::TokenCounter;
 use lcm_llm::testing::{ScriptedReply, ScriptedServer};
