@@ -7,7 +7,7 @@
 //! The child is this same test binary, re-run with an environment variable that makes the test
 //! function play the child's part.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -186,8 +186,9 @@ fn acknowledged_before_sigkill<T: Send + 'static>(
     parse: fn(&str) -> Option<T>,
 ) -> Vec<T> {
     let exe = std::env::current_exe().unwrap();
+    let test = common::test_name(module_path!(), test);
     let mut child = Command::new(&exe)
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &test, "--nocapture", "--test-threads=1"])
         .env(env, path)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -2,7 +2,7 @@
 //! reads, write nothing to the data directory (not even on open or close), refuse every write
 //! with a clear error, and fall back to a writable open for a store that needs recovery.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

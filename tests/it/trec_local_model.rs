@@ -11,7 +11,7 @@
 //! per-label counts are aggregated by a plain program from the output file, and the accuracy
 //! against the gold labels is reported. A 135M-parameter model scores low; that is expected.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

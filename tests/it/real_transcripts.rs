@@ -1,7 +1,7 @@
 //! The four real Claude Code sessions from ../shared/data: imported, every message's text and
 //! original come back unchanged, re-import adds nothing, and grep finds known strings.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

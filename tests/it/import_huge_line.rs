@@ -1,10 +1,17 @@
 //! A 1 GiB tool output on one transcript line: the import passes over it in small reads, so the
 //! process's peak memory grows by about the line limit (64 MiB by default), not by the gigabyte,
-//! and nothing is stored. Its own test binary, so that no other test moves the peak.
+//! and nothing is stored. It runs in a process of its own (this test binary again, with this
+//! test alone), so that no other test of the binary moves the peak.
 
-mod common;
+use crate::common;
+
+use std::process::Command;
 
 use lcm::store::import::{ImportError, ImportOptions, import_file};
+
+/// Set in the child process, which runs the test itself.
+const CHILD_ENV: &str = "LCM_IMPORT_HUGE_LINE_CHILD";
+const TEST_NAME: &str = "a_one_gigabyte_line_is_passed_over_in_bounded_memory";
 
 /// Peak resident memory of this process so far (Linux `VmHWM`), in bytes.
 fn peak_rss() -> Option<u64> {
@@ -16,6 +23,29 @@ fn peak_rss() -> Option<u64> {
 
 #[test]
 fn a_one_gigabyte_line_is_passed_over_in_bounded_memory() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        // The parent: run the test alone in a child process and pass its verdict on.
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", &common::test_name(module_path!(), TEST_NAME)])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, "1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        eprint!("{stderr}");
+        assert!(
+            out.status.success(),
+            "the child failed:\n{stdout}\n{stderr}"
+        );
+        assert!(
+            stdout.contains(" 1 passed;"),
+            "the child ran no test:\n{stdout}"
+        );
+        return;
+    }
     let Some(before) = peak_rss() else {
         eprintln!("skipped: no /proc/self/status on this system to measure memory with");
         return;

@@ -1,7 +1,7 @@
 //! The `lcm` binary end to end: the demo (the README's main job), import, grep, show
 //! (including the original byte for byte), sessions, stats, reindex, and its errors.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! Bad input gets a clear error and changes nothing stored: malformed JSON lines, invalid UTF-8,
 //! an invalid regex, an unknown id, a missing file, a foreign cursor, an empty message.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 

@@ -7,15 +7,13 @@
 //! The model is a scripted OpenAI-shaped server on loopback in this (parent) process, answering
 //! each item from its own content.
 
-mod common;
-
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::SplitMix;
+use crate::common::{SplitMix, test_name};
 use lcm::core::config::Config;
 use lcm::engine::operators::MapRequest;
 use lcm::engine::runtime::{Runtime, RuntimeOptions};
@@ -125,6 +123,7 @@ fn map_jobs_survive_sigkill_exactly_once() {
     // 1.9 s of answers) on a fast, idle machine too; kills land 150-1,050 ms into each run.
     server.set_latency(Duration::from_millis(15));
     let exe = std::env::current_exe().unwrap();
+    let test = test_name(module_path!(), TEST_NAME);
     for seed in [11u64, 23, 57] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
@@ -138,7 +137,7 @@ fn map_jobs_survive_sigkill_exactly_once() {
         let mut finished = false;
         for _ in 0..40 {
             let mut child = Command::new(&exe)
-                .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
+                .args([&test, "--exact", "--nocapture", "--test-threads=1"])
                 .env(DIR_ENV, dir)
                 .env(URL_ENV, server.url())
                 .stdout(Stdio::piped())

@@ -1,5 +1,4 @@
 //! Shared helpers of the integration tests.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 
@@ -59,6 +58,16 @@ pub fn open_closed_store(data_dir: &std::path::Path) -> lcm::store::Result<Store
         data_dir.join(lcm::store::data_dir::STORE_FILE),
         store_options(),
     )
+}
+
+/// The name libtest gives test function `name` of the module at `module` (its `module_path!()`,
+/// whose first segment, the test binary's crate, libtest leaves out): what `--exact` matches when
+/// a test runs this binary again as a child process that plays its part.
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
 }
 
 /// Sends SIGINT (what Ctrl-C sends) to process `pid`.

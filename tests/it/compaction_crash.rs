@@ -3,7 +3,7 @@
 //! (the old one or the new one, never a mix): every summary it points at exists, the DAG has no
 //! orphan edges, and walking down from the context reaches every message exactly once.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
@@ -122,12 +122,13 @@ fn compaction_survives_sigkill_at_any_moment() {
         return;
     }
     let exe = std::env::current_exe().unwrap();
+    let test = common::test_name(module_path!(), TEST_NAME);
     let mut total_summaries = 0;
     for seed in 1..=8u64 {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("lcm.redb");
         let mut child = Command::new(&exe)
-            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+            .args(["--exact", &test, "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, &path)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -2,7 +2,7 @@
 //! transcripts in ../shared/data: identical counts for o200k_base and cl100k_base, for every part
 //! text, every whole message, every string value of every line and every raw line.
 
-mod common;
+use crate::common;
 
 use lcm::core::formats::{Format, LineContext, LineOutcome, parse_line};
 use lcm::{Encoding, TokenCounter};

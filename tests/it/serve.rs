@@ -3,8 +3,6 @@
 //! command reads with what the daemon stored. Bound beyond loopback it prints a generated
 //! token once and refuses requests without it.
 
-#![cfg(unix)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
