@@ -8,7 +8,7 @@
 //! submodule: an exact hand-written pre-tokenizer for ASCII text and a process-wide cache of piece
 //! counts in front of tiktoken-rs's own encoder. It is several times faster than
 //! `encode_ordinary` on agent transcripts and equal to it (property tests here and in `fast`,
-//! every message of the real transcripts in `tests/token_counts.rs`). p50k_base and r50k_base go
+//! every message of the real transcripts in `tests/it/token_counts.rs`). p50k_base and r50k_base go
 //! through tiktoken-rs directly.
 
 mod fast;

@@ -7,7 +7,9 @@
 //! `cargo bench -p lcm-server --bench load`; `LCM_LOAD_CLIENTS`, `LCM_LOAD_APPENDS`,
 //! `LCM_LOAD_ASSEMBLIES` and `LCM_LOAD_BUDGET` change the shape. Figures: docs/PERFORMANCE.md.
 
-#[path = "../tests/common/mod.rs"]
+// The integration tests' helpers, of which the benchmark uses a part.
+#[path = "../tests/it/common/mod.rs"]
+#[allow(dead_code)]
 mod common;
 
 use std::time::Duration;

@@ -1,0 +1,581 @@
+//! The API over real HTTP on loopback: sessions, appends (single and batch, idempotent by
+//! key), the context in both provider shapes, tools (listing and a call), grep, describe,
+//! integrity, metrics, JSON errors for every kind of failure, and a graceful stop that
+//! releases the store.
+
+use crate::common::{Setup, start, start_default};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_messages_context_and_tools() {
+    let server = start_default().await;
+
+    // Health first.
+    let health = server.get("/healthz").await;
+    assert_eq!(
+        (health.status, &health.body),
+        (StatusCode::OK, &json!({"status": "ok"}))
+    );
+    let ready = server.get("/readyz").await;
+    assert_eq!(ready.status, StatusCode::OK, "{ready:?}");
+    assert_eq!(ready.body["status"], "ready");
+
+    // Create, then create again: the same session, 201 then 200.
+    let created = server.post("/v1/sessions", &json!({"key": "chat-1"})).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{created:?}");
+    assert_eq!(created.body["key"], "chat-1");
+    assert_eq!(created.body["created"], true);
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let again = server.post("/v1/sessions", &json!({"key": "chat-1"})).await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(again.body["id"], id.as_str());
+    assert_eq!(again.body["created"], false);
+    server.session("chat-2").await;
+
+    // One message, with a key: stored once, even when sent twice.
+    let one = json!({"role": "system", "content": "You are terse.", "key": "s-0"});
+    let path = format!("/v1/sessions/{id}/messages");
+    let appended = server.post(&path, &one).await;
+    assert_eq!(appended.status, StatusCode::CREATED, "{appended:?}");
+    assert_eq!(appended.body["inserted"], 1);
+    let first_id = appended.body["appended"][0]["id"].clone();
+    let retried = server.post(&path, &one).await;
+    assert_eq!(retried.body["inserted"], 0);
+    assert_eq!(retried.body["appended"][0]["id"], first_id);
+    assert_eq!(retried.body["appended"][0]["inserted"], false);
+
+    // A batch as an array, and as {"messages": [...]}; parts, tool calls and results.
+    let batch = json!([
+        {"role": "user", "content": "Find the invoice INV-4821.", "key": "u-1"},
+        {"role": "assistant", "key": "a-1", "parts": [
+            {"type": "text", "text": "Searching."},
+            {"type": "tool_call", "id": "call_1", "name": "search", "arguments": "{\"q\":\"INV-4821\"}"}
+        ]},
+        {"role": "tool", "key": "t-1", "parts": [
+            {"type": "tool_result", "call_id": "call_1", "content": "INV-4821: 120 EUR, paid"}
+        ]}
+    ]);
+    let answer = server.post(&path, &batch).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
+    assert_eq!(answer.body["inserted"], 3);
+    let answer = server
+        .post(
+            &path,
+            &json!({"messages": [
+                {"role": "assistant", "content": "INV-4821 was paid: 120 EUR.", "key": "a-2"}
+            ]}),
+        )
+        .await;
+    assert_eq!(answer.body["inserted"], 1, "{answer:?}");
+
+    // The session, by id and by key; the list.
+    let by_id = server.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(by_id.status, StatusCode::OK);
+    assert_eq!(by_id.body["message_count"], 5);
+    let by_key = server.get("/v1/sessions/chat-1").await;
+    assert_eq!(by_key.body["id"], id.as_str());
+    let list = server.get("/v1/sessions").await;
+    assert_eq!(list.body["sessions"].as_array().unwrap().len(), 2);
+    let filtered = server.get("/v1/sessions?prefix=chat-2").await;
+    assert_eq!(filtered.body["sessions"].as_array().unwrap().len(), 1);
+
+    // The context in the OpenAI shape: the system prompt, then the messages, the tool call
+    // paired with its result.
+    let ctx = server
+        .get(&format!(
+            "/v1/sessions/{id}/context?budget=100000&system=Be%20brief."
+        ))
+        .await;
+    assert_eq!(ctx.status, StatusCode::OK, "{ctx:?}");
+    assert_eq!(ctx.body["format"], "openai");
+    assert!(ctx.body["tokens"].as_u64().unwrap() > 0);
+    let messages = ctx.body["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "system", "user", "assistant", "tool", "assistant"]
+    );
+    assert_eq!(messages[3]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(messages[4]["tool_call_id"], "call_1");
+
+    // The Anthropic shape: system text apart, tool_use / tool_result blocks.
+    let ctx = server
+        .get(&format!(
+            "/v1/sessions/{id}/context?budget=100000&format=anthropic"
+        ))
+        .await;
+    assert_eq!(ctx.status, StatusCode::OK, "{ctx:?}");
+    assert_eq!(ctx.body["format"], "anthropic");
+    assert_eq!(ctx.body["system"], "You are terse.");
+    let turns = ctx.body["messages"].as_array().unwrap();
+    assert_eq!(turns[0]["role"], "user");
+    let blocks: Vec<&str> = turns
+        .iter()
+        .flat_map(|t| t["content"].as_array().unwrap())
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert!(
+        blocks.contains(&"tool_use") && blocks.contains(&"tool_result"),
+        "{blocks:?}"
+    );
+
+    // Tools: both shapes list lcm_grep; a call as the session's main agent finds the invoice.
+    let openai = server.get("/v1/tools?format=openai").await;
+    let names: Vec<&str> = openai
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"lcm_grep") && names.contains(&"lcm_describe"),
+        "{names:?}"
+    );
+    let anthropic = server.get("/v1/tools?format=anthropic").await;
+    assert!(
+        anthropic
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["input_schema"].is_object())
+    );
+    let found = server
+        .post(
+            &format!("/v1/sessions/{id}/tools/lcm_grep"),
+            &json!({"pattern": "INV-\\d{4}"}),
+        )
+        .await;
+    assert_eq!(found.status, StatusCode::OK, "{found:?}");
+    assert_eq!(found.body["hits"], 4, "{found:?}");
+    assert_eq!(found.body["searched"]["session"], id.as_str());
+
+    // grep without a session: every session; full text too.
+    let grep = server.post("/v1/grep", &json!({"pattern": "paid"})).await;
+    assert_eq!(grep.status, StatusCode::OK, "{grep:?}");
+    assert_eq!(grep.body["hits"], 2);
+    let grep = server
+        .post(
+            "/v1/grep",
+            &json!({"pattern": "invoice", "mode": "full_text", "session": "chat-1"}),
+        )
+        .await;
+    assert_eq!(grep.status, StatusCode::OK, "{grep:?}");
+    assert!(grep.body["hits"].as_u64().unwrap() >= 1);
+
+    // describe a message and the session.
+    let msg = first_id.as_str().unwrap();
+    let described = server.get(&format!("/v1/describe/{msg}")).await;
+    assert_eq!(described.status, StatusCode::OK, "{described:?}");
+    assert_eq!(described.body["session"], id.as_str());
+    let described = server.get(&format!("/v1/describe/{id}")).await;
+    assert_eq!(described.body["key"], "chat-1", "{described:?}");
+
+    // Integrity: clean.
+    let integrity = server
+        .post("/v1/integrity?repair=false", &json!(null))
+        .await;
+    assert_eq!(integrity.status, StatusCode::OK, "{integrity:?}");
+    assert_eq!(integrity.body["clean"], true);
+
+    // Metrics: the store's totals, the actors, and the requests just made.
+    let metrics = server.get("/metrics").await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    assert!(
+        metrics.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = metrics.body.as_str().unwrap();
+    for series in [
+        "lcm_sessions 2",
+        "lcm_messages 5",
+        "lcm_tokens_stored ",
+        "lcm_live_session_actors ",
+        "lcm_compactions_started_total ",
+        "lcm_compactions_finished_total ",
+        "lcm_compactions_failed_total ",
+        "lcm_actor_stalls_total ",
+        "lcm_map_items{status=\"completed\"} 0",
+        "lcm_http_requests_total{route=\"/v1/sessions\",method=\"POST\",status=\"201\"} 2",
+        "lcm_http_requests_total{route=\"/v1/sessions/{id}/messages\",method=\"POST\",status=\"201\"} 4",
+        "lcm_http_request_duration_seconds_bucket{route=\"/v1/grep\",le=\"+Inf\"} 2",
+        "lcm_http_request_duration_seconds_count{route=\"/healthz\"} 1",
+    ] {
+        assert!(text.contains(series), "missing `{series}` in\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_is_counted_and_the_context_stays_in_budget() {
+    let (mut setup, tmp, root) = Setup::new();
+    setup.config.compaction.fresh_tail = 4;
+    setup.config.compaction.leaf_chunk_tokens = 2_000;
+    setup.config.compaction.leaf_target_tokens = 200;
+    let server = start(setup, tmp, root).await;
+    let id = server.session("long").await;
+    let messages: Vec<Value> = (0..120)
+        .map(|i| json!({
+            "role": if i % 2 == 0 { "user" } else { "assistant" },
+            "content": format!("turn {i}: the deployment of service {i} needs config key K{i} set to {}", i * 7),
+            "key": format!("k{i}"),
+        }))
+        .collect();
+    let answer = server
+        .post(&format!("/v1/sessions/{id}/messages"), &json!(messages))
+        .await;
+    assert_eq!(answer.body["inserted"], 120, "{answer:?}");
+    // Above the hard threshold: the call waits for compaction, then fits.
+    let ctx = server
+        .get(&format!("/v1/sessions/{id}/context?budget=1500"))
+        .await;
+    assert_eq!(ctx.status, StatusCode::OK, "{ctx:?}");
+    assert!(
+        ctx.body["tokens"].as_u64().unwrap() <= 1500,
+        "{}",
+        ctx.body["tokens"]
+    );
+    assert!(!ctx.body["summaries"].as_array().unwrap().is_empty());
+    let text = server
+        .get("/metrics")
+        .await
+        .body
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing in\n{text}"))
+    };
+    assert!(value("lcm_compactions_started_total") >= 1);
+    assert!(value("lcm_compactions_finished_total") >= 1);
+    assert_eq!(value("lcm_compactions_failed_total"), 0);
+    // The extractive summariser writes at level 1 (or 3 when a summary would not shrink).
+    let written: u64 = (1..=3)
+        .map(|level| value(&format!("lcm_summaries_written_total{{level=\"{level}\"}}")))
+        .sum();
+    assert!(written >= 1, "{text}");
+    assert!(
+        value("lcm_compaction_context_tokens_after_total")
+            < value("lcm_compaction_context_tokens_before_total"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_failure_is_a_json_error_with_the_right_status() {
+    let server = start_default().await;
+    let id = server.session("s").await;
+    let cases: Vec<(Method, String, Option<Value>, StatusCode, &str)> = vec![
+        (
+            Method::GET,
+            "/nope".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "no_route",
+        ),
+        (
+            Method::DELETE,
+            "/v1/sessions".into(),
+            None,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+        ),
+        (
+            Method::GET,
+            "/v1/sessions/ses_999".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            Method::GET,
+            "/v1/sessions/no-such-key".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            Method::POST,
+            "/v1/sessions/ses_999/messages".into(),
+            Some(json!({"role": "user", "content": "x"})),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            Method::GET,
+            format!("/v1/sessions/{id}/context"),
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::GET,
+            format!("/v1/sessions/{id}/context?budget=abc"),
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::GET,
+            format!("/v1/sessions/{id}/context?budget=0"),
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::GET,
+            format!("/v1/sessions/{id}/context?budget=10&format=xml"),
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::POST,
+            format!("/v1/sessions/{id}/tools/nope"),
+            Some(json!({})),
+            StatusCode::NOT_FOUND,
+            "unknown_tool",
+        ),
+        (
+            Method::POST,
+            format!("/v1/sessions/{id}/tools/lcm_grep"),
+            Some(json!({"pattern": 42})),
+            StatusCode::BAD_REQUEST,
+            "invalid_arguments",
+        ),
+        (
+            Method::POST,
+            format!("/v1/sessions/{id}/tools/lcm_grep"),
+            Some(json!({"pattern": "("})),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::POST,
+            "/v1/grep".into(),
+            Some(json!({"pattern": "x", "colour": 1})),
+            StatusCode::BAD_REQUEST,
+            "invalid_arguments",
+        ),
+        (
+            Method::GET,
+            "/v1/describe/xyz_1".into(),
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_arguments",
+        ),
+        (
+            Method::GET,
+            "/v1/describe/msg_12345".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            Method::GET,
+            "/v1/maps/job_9".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            Method::GET,
+            "/v1/maps/nine".into(),
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::POST,
+            "/v1/maps/job_9/cancel".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            Method::POST,
+            "/v1/sessions".into(),
+            Some(json!({"key": ""})),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::POST,
+            "/v1/sessions".into(),
+            Some(json!({"name": "x"})),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            Method::POST,
+            format!("/v1/sessions/{id}/messages"),
+            Some(json!({"role": "user", "parts": []})),
+            StatusCode::BAD_REQUEST,
+            "invalid_message",
+        ),
+        (
+            Method::POST,
+            "/v1/integrity?repair=maybe".into(),
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+    ];
+    let before = server.stats();
+    for (method, path, body, status, kind) in cases {
+        let body = body.map(|b| b.to_string().into_bytes());
+        let answer = server.send(method.clone(), &path, body, None).await;
+        assert_eq!(answer.status, status, "{method} {path}: {answer:?}");
+        assert_eq!(answer.kind(), kind, "{method} {path}: {answer:?}");
+        assert!(!answer.message().is_empty(), "{method} {path}: {answer:?}");
+    }
+    assert_eq!(
+        server.stats(),
+        before,
+        "a rejected request changed the store"
+    );
+    // Whatever method a client invents, the metrics' labels stay bounded.
+    let brew = Method::from_bytes(b"BREW").unwrap();
+    let answer = server.send(brew, "/v1/sessions", None, None).await;
+    assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+    let metrics = server.get("/metrics").await;
+    let text = metrics.body.as_str().unwrap();
+    assert!(
+        text.contains("route=\"/v1/sessions\",method=\"other\",status=\"405\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("route=\"unmatched\",method=\"GET\",status=\"404\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains("BREW"));
+    // A map job needs a model: this runtime has none.
+    std::fs::write(server.root.join("in.jsonl"), "{\"a\":1}\n").unwrap();
+    let answer = server
+        .post(
+            "/v1/maps",
+            &json!({"input_path": "in.jsonl", "prompt": "p", "output_schema": {"type": "object"}}),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
+    assert_eq!(server.job_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_keeps_everything_and_releases_the_store() {
+    let server = start_default().await;
+    let id = server.session("kept").await;
+    let answer = server
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            &json!({"role": "user", "content": "remember me", "key": "k"}),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::CREATED);
+    let port = server.addr;
+    let runtime = server.runtime.clone();
+    let (tmp, data) = server.stop_and_keep().await;
+    // Stopped: nothing listens, and the runtime refuses new work.
+    assert!(tokio::net::TcpStream::connect(port).await.is_err());
+    assert!(runtime.session("x").await.is_err());
+    drop(runtime);
+    // The same data directory opens again (the store file was released) with the message.
+    let (setup, _tmp2, root) = Setup::new();
+    let reopened = lcm_engine::runtime::Runtime::open(lcm_engine::runtime::RuntimeOptions::dir(
+        &data,
+        setup.config,
+    ))
+    .await
+    .expect("reopen");
+    let stats = reopened.store().stats().unwrap();
+    assert_eq!((stats.sessions, stats.messages), (1, 1));
+    reopened
+        .shutdown(std::time::Duration::from_secs(5))
+        .await
+        .unwrap();
+    drop((tmp, root));
+}
+
+/// The budget invariant over HTTP: a message far over the large-file threshold is shown by its
+/// file reference, one over the whole window by a part reference, and the system prompt comes
+/// out of the same budget; a budget the system prompt alone exceeds is a 400 `budget_too_small` naming the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_and_the_system_prompt_stay_within_the_budget() {
+    let server = start_default().await;
+    let id = server.session("big").await;
+    let rows: String = (0..6_000)
+        .map(|i| {
+            format!(
+                "{i},widget-{i},{}.{:02},2026-01-{:02}\n",
+                i % 500,
+                i % 100,
+                1 + i % 28
+            )
+        })
+        .collect();
+    let csv = format!("id,name,price,date\n{rows}");
+    let long_note = "the rollback plan for the staging cluster needs review ".repeat(700);
+    let messages = json!([
+        {"role": "user", "content": "Here is the export:", "key": "u0"},
+        {"role": "user", "content": csv, "key": "u1"},
+        {"role": "user", "content": long_note, "key": "u2"},
+    ]);
+    let answer = server
+        .post(&format!("/v1/sessions/{id}/messages"), &messages)
+        .await;
+    assert_eq!(answer.body["inserted"], 3, "{answer:?}");
+
+    let system = "You are a careful analyst. ".repeat(20);
+    let ctx = server
+        .get(&format!(
+            "/v1/sessions/{id}/context?budget=4000&system={}",
+            system.replace(' ', "%20")
+        ))
+        .await;
+    assert_eq!(ctx.status, StatusCode::OK, "{ctx:?}");
+    let tokens = ctx.body["tokens"].as_u64().unwrap();
+    let system_tokens = lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase)
+        .count_text(&system) as u64;
+    assert!(
+        tokens + system_tokens <= 4_000,
+        "{tokens} + {system_tokens} tokens for a 4000-token window"
+    );
+    let body = ctx.body["messages"].to_string();
+    assert!(body.contains("<lcm_file id=\\\"file_0\\\""), "{body:.3000}");
+    assert!(
+        body.contains("6000 rows") || body.contains("6,000 rows"),
+        "{body:.3000}"
+    );
+    // The note larger than the window was compacted or shown by a reference, never raw.
+    assert!(!body.contains(&long_note[..2_000]), "{body:.3000}");
+    assert_eq!(ctx.body["messages"][0]["role"], "system");
+
+    let too_small = server
+        .get(&format!(
+            "/v1/sessions/{id}/context?budget=100&system={}",
+            system.replace(' ', "%20")
+        ))
+        .await;
+    assert_eq!(too_small.status, StatusCode::BAD_REQUEST, "{too_small:?}");
+    assert_eq!(too_small.body["error"], "budget_too_small", "{too_small:?}");
+    assert!(
+        too_small.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot fit in"),
+        "{too_small:?}"
+    );
+}

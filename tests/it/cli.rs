@@ -1,0 +1,874 @@
+//! The `lcm` binary end to end: the demo (the README's main job), import, grep, show
+//! (including the original byte for byte), sessions, stats, reindex, and its errors.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn lcm(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lcm"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .env_remove("LCM_CONFIG")
+        .output()
+        .expect("run lcm")
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "lcm failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("stdout is JSON")
+}
+
+fn example() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/transcripts/demo-session.jsonl")
+}
+
+#[test]
+fn demo_imports_twice_and_finds_the_ticket() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keep = tmp.path().join("demo");
+    let out = json(&lcm(
+        tmp.path(),
+        &["demo", "--json", "--keep-in", keep.to_str().unwrap()],
+    ));
+    let first = out["first_import"]["imported"].as_u64().unwrap();
+    assert!(first >= 15, "{out}");
+    assert_eq!(out["second_import"]["imported"], 0);
+    assert_eq!(
+        out["second_import"]["already_present"].as_u64(),
+        Some(first)
+    );
+    let hits = out["regex"]["page"]["hits"].as_array().unwrap();
+    assert!(!hits.is_empty());
+    assert!(
+        hits.iter()
+            .all(|h| h["snippet"].as_str().unwrap().contains("INV-4821"))
+    );
+    assert_eq!(out["regex"]["page"]["strategy"], "trigram_index");
+    assert!(
+        !out["full_text"]["page"]["hits"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // The demo compacts the example for a tiny window and nothing is lost.
+    let compaction = &out["compaction"];
+    assert!(compaction["tokens_after"].as_u64() < compaction["tokens_before"].as_u64());
+    assert!(!compaction["passes"].as_array().unwrap().is_empty());
+    assert_eq!(out["context"]["reachable_messages"].as_u64(), Some(first));
+}
+
+#[test]
+fn compact_dag_describe_and_context() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    json(&lcm(
+        dir,
+        &["import", "--json", example().to_str().unwrap()],
+    ));
+    // Under the soft threshold nothing happens.
+    let idle = json(&lcm(
+        dir,
+        &["compact", "--json", "ses_0", "--budget", "100000"],
+    ));
+    assert_eq!(idle["passes"].as_array().unwrap().len(), 0);
+    assert_eq!(idle["provider_calls"], 0);
+    // Over it, summaries are written and the context shrinks under the hard threshold.
+    let report = json(&lcm(
+        dir,
+        &["compact", "--json", "ses_0", "--budget", "700"],
+    ));
+    assert!(!report["passes"].as_array().unwrap().is_empty());
+    assert!(report["tokens_after"].as_u64().unwrap() <= 630, "{report}");
+    let dag = json(&lcm(dir, &["dag", "--json", "ses_0"]));
+    let top = dag["context"]["summaries"][0].as_str().unwrap().to_owned();
+    let described = json(&lcm(dir, &["describe", "--json", &top]));
+    assert_eq!(described["summary"]["id"], top.as_str());
+    assert!(described["compression_ratio"].as_f64().unwrap() > 1.0);
+    let first_source = described["summary"]["sources"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let message = json(&lcm(dir, &["describe", "--json", &first_source]));
+    assert_eq!(message["covered_by"], top.as_str());
+    let header = format!("<lcm_summary id=\"{top}\"");
+    for format in ["openai", "anthropic"] {
+        let ctx = json(&lcm(
+            dir,
+            &["context", "ses_0", "--budget", "700", "--format", format],
+        ));
+        assert!(ctx["tokens"].as_u64().unwrap() <= 630);
+        let body = ctx["body"].to_string();
+        assert!(body.contains(&header.replace('"', "\\\"")), "{body}");
+    }
+}
+
+#[test]
+fn import_grep_show_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let report = json(&lcm(
+        dir,
+        &["import", "--json", example().to_str().unwrap()],
+    ));
+    let imported = report["imports"][0]["imported"].as_u64().unwrap();
+    assert_eq!(report["indexed"].as_u64(), Some(imported));
+
+    // A regex with a literal, scoped by role, paginated.
+    let page = json(&lcm(
+        dir,
+        &[
+            "grep",
+            "--json",
+            "--role",
+            "tool",
+            "--limit",
+            "1",
+            r"passed in \d\.\d+s",
+        ],
+    ));
+    let hits = page["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0]["role"], "tool");
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let page2 = json(&lcm(
+        dir,
+        &[
+            "grep",
+            "--json",
+            "--role",
+            "tool",
+            "--limit",
+            "1",
+            "--cursor",
+            cursor,
+            r"passed in \d\.\d+s",
+        ],
+    ));
+    assert_ne!(page2["hits"][0]["message"], hits[0]["message"]);
+
+    // show --original gives the line back byte for byte.
+    let id = hits[0]["message"].as_str().unwrap();
+    let out = lcm(dir, &["show", "--original", id]);
+    assert!(out.status.success());
+    let original = &out.stdout[..out.stdout.len() - 1];
+    let file = std::fs::read(example()).unwrap();
+    assert!(
+        file.split(|b| *b == b'\n').any(|line| line == original),
+        "the original is not a line of the file"
+    );
+
+    let sessions = json(&lcm(dir, &["sessions", "--json"]));
+    assert_eq!(sessions.as_array().unwrap().len(), 1);
+    assert_eq!(sessions[0]["message_count"].as_u64(), Some(imported));
+    let stats = json(&lcm(dir, &["stats", "--json"]));
+    assert_eq!(stats["store"]["messages"].as_u64(), Some(imported));
+    assert_eq!(stats["index_documents"].as_u64(), Some(imported));
+
+    // Reindex rebuilds the same index.
+    let re = json(&lcm(dir, &["reindex", "--json"]));
+    assert_eq!(re["indexed"].as_u64(), Some(imported));
+    let again = json(&lcm(dir, &["grep", "--json", "INV-4821"]));
+    assert!(!again["hits"].as_array().unwrap().is_empty());
+
+    // Vacuum reports the file's sizes; everything reads the same after.
+    let vacuum = json(&lcm(dir, &["vacuum", "--json"]));
+    let before = vacuum["bytes_before"].as_u64().unwrap();
+    let after = vacuum["bytes_after"].as_u64().unwrap();
+    assert!(after <= before && after > 0, "{vacuum}");
+    assert_eq!(
+        std::fs::metadata(dir.join("lcm.redb")).unwrap().len(),
+        after
+    );
+    let after_vacuum = json(&lcm(dir, &["grep", "--json", "INV-4821"]));
+    assert_eq!(after_vacuum["hits"], again["hits"]);
+    let stats = json(&lcm(dir, &["stats", "--json"]));
+    assert_eq!(stats["store"]["messages"].as_u64(), Some(imported));
+}
+
+#[test]
+fn errors_are_human_readable_with_a_non_zero_exit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cases: &[(&[&str], &str)] = &[
+        (&["grep", "(unclosed"], "invalid regex"),
+        (&["show", "msg_12345"], "no message msg_12345"),
+        (&["show", "hello"], "not an lcm id"),
+        (&["import", "/definitely/not/here.jsonl"], "cannot read"),
+        (&["grep", "--session", "nobody", "x"], "no session `nobody`"),
+        (&["grep", "--since", "yesterday", "x"], "RFC 3339"),
+    ];
+    for (args, expected) in cases {
+        let out = lcm(dir, args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn doctor_checks_compacted_data_and_repairs_a_counter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    json(&lcm(
+        dir,
+        &["import", "--json", example().to_str().unwrap()],
+    ));
+    json(&lcm(
+        dir,
+        &["compact", "--json", "ses_0", "--budget", "700"],
+    ));
+    let clean = json(&lcm(dir, &["doctor", "--json"]));
+    assert_eq!(
+        clean["check"]["violations"],
+        serde_json::json!([]),
+        "{clean}"
+    );
+    assert!(clean["check"]["checked"]["summaries"].as_u64() > Some(0));
+    assert_eq!(clean["repair"], Value::Null);
+
+    // Damage: the message counter behind the stored messages (a raw write, lcm not running).
+    lcm::store::damage::set_counter(&dir.join("lcm.redb"), "next_message", 0).unwrap();
+    let broken = lcm(dir, &["doctor"]);
+    assert!(!broken.status.success());
+    let stdout = String::from_utf8_lossy(&broken.stdout);
+    assert!(stdout.contains("counter_behind"), "{stdout}");
+    assert!(stdout.contains("lcm doctor --repair"), "{stdout}");
+    assert!(String::from_utf8_lossy(&broken.stderr).contains("1 integrity violation remains"));
+
+    let fixed = json(&lcm(dir, &["doctor", "--repair", "--json"]));
+    assert_eq!(fixed["check"]["violations"][0]["kind"], "counter_behind");
+    assert_eq!(
+        fixed["check"]["violations"][0]["repair"],
+        serde_json::json!({"repair": "raise_counter", "counter": "next_message"})
+    );
+    assert_eq!(fixed["repair"]["applied"].as_array().unwrap().len(), 1);
+    assert_eq!(fixed["after"]["violations"], serde_json::json!([]));
+    assert!(lcm(dir, &["doctor"]).status.success());
+}
+
+#[test]
+fn tools_print_their_definitions_in_both_shapes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let anthropic = json(&lcm(tmp.path(), &["tools", "--format", "anthropic"]));
+    let names: Vec<&str> = anthropic
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "lcm_grep",
+            "lcm_describe",
+            "lcm_expand",
+            "lcm_read_file",
+            "lcm_expand_query",
+            "Task",
+            "Tasks"
+        ]
+    );
+    assert!(
+        anthropic
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["input_schema"]["type"] == "object")
+    );
+    let openai = json(&lcm(
+        tmp.path(),
+        &["tools", "--format", "openai", "--main-agent"],
+    ));
+    let names: Vec<&str> = openai
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "lcm_grep",
+            "lcm_describe",
+            "lcm_expand_query",
+            "Task",
+            "Tasks"
+        ],
+        "lcm_expand is for sub-agents"
+    );
+    assert!(
+        openai
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["type"] == "function")
+    );
+}
+
+#[test]
+fn tool_calls_grep_describe_and_expand_on_the_demo_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keep = tmp.path().join("demo");
+    json(&lcm(
+        tmp.path(),
+        &["demo", "--json", "--keep-in", keep.to_str().unwrap()],
+    ));
+    let found = json(&lcm(
+        &keep,
+        &[
+            "tool",
+            "lcm_grep",
+            "--session",
+            "ses_0",
+            "--args",
+            r#"{"pattern": "INV-\\d{4}"}"#,
+        ],
+    ));
+    let groups = found["groups"].as_array().unwrap();
+    assert!(!groups.is_empty(), "{found}");
+    let region = groups[0]["region"].as_str().unwrap().to_owned();
+    assert!(region.starts_with("sum_"), "{found}");
+    assert!(
+        groups[0]["hits"][0]["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("INV-4821")
+    );
+
+    let described = json(&lcm(
+        &keep,
+        &[
+            "tool",
+            "lcm_describe",
+            "--args",
+            &format!(r#"{{"id": "{region}"}}"#),
+        ],
+    ));
+    assert_eq!(described["type"], "summary");
+    assert!(described["manifest"]["total"].as_u64().unwrap() > 0);
+
+    // The main agent may not expand; a sub-agent may, and gets the verbatim messages.
+    let args = format!(r#"{{"summary_id": "{region}"}}"#);
+    let refused = lcm(&keep, &["tool", "lcm_expand", "--args", &args]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("lcm_expand_query"), "{stderr}");
+    let expanded = json(&lcm(
+        &keep,
+        &["tool", "lcm_expand", "--sub-agent", "--args", &args],
+    ));
+    assert!(
+        expanded
+            .to_string()
+            .contains("Keep the ticket number INV-4821"),
+        "{expanded}"
+    );
+
+    // Arguments that break the schema: each error with its JSON pointer, non-zero exit.
+    let bad = lcm(
+        &keep,
+        &[
+            "tool",
+            "lcm_grep",
+            "--args",
+            r#"{"pattern": "x", "mode": "fuzzy"}"#,
+        ],
+    );
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("invalid arguments for lcm_grep"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("at /mode"), "{stderr}");
+    let unknown = lcm(&keep, &["tool", "lcm_nope"]);
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("lcm_grep, lcm_describe, lcm_expand")
+    );
+}
+
+/// The item a scripted request is about (the line after `Item (JSON):`).
+fn map_item_of(request: &lcm::llm::testing::RecordedRequest) -> Option<Value> {
+    let text = request.last_user_text()?;
+    let line = text.split("Item (JSON):\n").nth(1)?.lines().next()?;
+    serde_json::from_str(line).ok()
+}
+
+#[test]
+fn map_run_status_cancel_and_resume() {
+    use lcm::llm::testing::{ScriptedReply, ScriptedServer};
+    use serde_json::json;
+
+    // The model: a scripted OpenAI-shaped server on loopback, answering each item.
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = tokio.block_on(ScriptedServer::start());
+    server.set_default(ScriptedReply::from_fn(|request| match map_item_of(request) {
+        Some(item) => ScriptedReply::ok(
+            json!({"id": item["id"], "upper": item["word"].as_str().unwrap_or_default().to_uppercase()})
+                .to_string(),
+        ),
+        None => ScriptedReply::status(400),
+    }));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    let data = tmp.path().join("data");
+    let config = tmp.path().join("lcm.toml");
+    let config_text = format!(
+        "[llm]\nprovider = \"openai\"\nbase_url = {:?}\nmodel = \"scripted\"\nmax_retries = 0\n\n[map]\nallowed_roots = [{:?}]\nconcurrency = 8\n",
+        server.url(),
+        root.to_str().unwrap()
+    );
+    std::fs::write(&config, config_text).unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let items: String = (0..40)
+        .map(|i| format!("{}\n", json!({"id": i, "word": format!("w{i}")})))
+        .collect();
+    std::fs::write(root.join("items.jsonl"), items).unwrap();
+    let schema = root.join("schema.json");
+    std::fs::write(
+        &schema,
+        json!({
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "upper": {"type": "string"}},
+            "required": ["id", "upper"]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let schema_arg = format!("@{}", schema.display());
+
+    // Run: the summary, and the output file in input order.
+    let summary = json(&lcm(
+        &data,
+        &[
+            "--config",
+            &config,
+            "map",
+            "run",
+            "items.jsonl",
+            "--prompt",
+            "Upper-case the word.",
+            "--schema",
+            &schema_arg,
+            "--json",
+        ],
+    ));
+    assert_eq!(summary["job"], "job_0", "{summary}");
+    assert_eq!(summary["status"], "completed", "{summary}");
+    assert_eq!(summary["completed"], 40);
+    assert_eq!(summary["failed"], 0);
+    assert_eq!(server.request_count(), 40);
+    let output = std::fs::read_to_string(root.join("items.out.jsonl")).unwrap();
+    let lines: Vec<Value> = output
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 40);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["index"], i);
+        assert_eq!(line["result"], json!({"id": i, "upper": format!("W{i}")}));
+    }
+
+    // Status from the store, one job or all of them.
+    let status = json(&lcm(
+        &data,
+        &["--config", &config, "map", "status", "job_0", "--json"],
+    ));
+    assert_eq!(status["status"], "completed");
+    assert_eq!(status["progress"]["completed"], 40);
+    let all = json(&lcm(
+        &data,
+        &["--config", &config, "map", "status", "--json"],
+    ));
+    assert_eq!(all.as_array().map(Vec::len), Some(1));
+    let text = lcm(&data, &["--config", &config, "map", "status", "job_0"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("40 of 40 items done"));
+
+    // A finished job: cancel changes nothing, resume asks the model nothing.
+    let cancelled = lcm(&data, &["--config", &config, "map", "cancel", "job_0"]);
+    assert!(cancelled.status.success());
+    assert!(String::from_utf8_lossy(&cancelled.stdout).contains("already completed"));
+    let resumed = json(&lcm(
+        &data,
+        &["--config", &config, "map", "resume", "job_0", "--json"],
+    ));
+    assert_eq!(resumed["status"], "completed");
+    assert_eq!(server.request_count(), 40);
+
+    // A job left running (created, never run): cancel writes what was done; resume refuses.
+    tokio.block_on(async {
+        let opened =
+            lcm::store::DataDir::open(&data, &lcm::core::config::Config::default()).unwrap();
+        let map = lcm::core::config::MapConfig {
+            allowed_roots: vec![root.clone()],
+            ..Default::default()
+        };
+        let mut request = lcm::engine::operators::MapRequest::llm(
+            root.join("items.jsonl"),
+            "Upper-case the word.",
+            json!({"type": "object"}),
+        );
+        request.output_path = Some(root.join("second.out.jsonl"));
+        let job = lcm::engine::operators::create_map_job(
+            std::sync::Arc::new(opened.store),
+            &map,
+            &request,
+        )
+        .await
+        .unwrap();
+        assert_eq!(job.id.to_string(), "job_1");
+    });
+    let cancelled = json(&lcm(
+        &data,
+        &["--config", &config, "map", "cancel", "job_1", "--json"],
+    ));
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled["not_run"], 40);
+    let second = std::fs::read_to_string(root.join("second.out.jsonl")).unwrap();
+    assert_eq!(second.lines().count(), 40);
+    let refused = lcm(&data, &["--config", &config, "map", "resume", "job_1"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cancelled"));
+    assert_eq!(server.request_count(), 40, "a cancelled job asks nothing");
+
+    // Errors: unknown jobs, malformed ids, no model configured (nothing stored then).
+    let unknown = lcm(&data, &["--config", &config, "map", "status", "job_9"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no map job job_9"));
+    let unknown = lcm(&data, &["--config", &config, "map", "cancel", "job_9"]);
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no map job job_9"));
+    let malformed = lcm(&data, &["--config", &config, "map", "status", "nine"]);
+    assert!(String::from_utf8_lossy(&malformed.stderr).contains("not a job id"));
+    let offline = lcm(
+        &data,
+        &[
+            "map",
+            "run",
+            root.join("items.jsonl").to_str().unwrap(),
+            "--prompt",
+            "p",
+            "--schema",
+            "{}",
+        ],
+    );
+    assert!(!offline.status.success());
+    assert!(
+        String::from_utf8_lossy(&offline.stderr).contains("[llm] provider"),
+        "{}",
+        String::from_utf8_lossy(&offline.stderr)
+    );
+    let all = json(&lcm(
+        &data,
+        &["--config", &config, "map", "status", "--json"],
+    ));
+    assert_eq!(all.as_array().map(Vec::len), Some(2), "nothing more stored");
+}
+
+/// Ctrl-C during `lcm import` of many files: the file in hand is finished, the rest are not
+/// started, the store is closed cleanly (a read-only open needs no recovery), every imported
+/// file is stored whole, the exit code is 130, and the same command then imports the rest.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_import_stops_between_files_and_closes_the_store() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    const FILES: usize = 1_000;
+    const PER_FILE: usize = 5;
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().join("data");
+    let files: Vec<std::path::PathBuf> = (0..FILES)
+        .map(|i| {
+            let path = tmp.path().join(format!("t{i:04}.jsonl"));
+            let lines: String = (0..PER_FILE)
+                .map(|j| {
+                    format!(
+                        "{}\n",
+                        serde_json::json!({
+                            "session": format!("file-{i}"),
+                            "role": if j % 2 == 0 { "user" } else { "assistant" },
+                            "created_at": "2026-11-26T08:00:00Z",
+                            "key": format!("m{j}"),
+                            "content": format!("message {j} of file {i}"),
+                        })
+                    )
+                })
+                .collect();
+            std::fs::write(&path, lines).unwrap();
+            path
+        })
+        .collect();
+    let import = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lcm"));
+        command
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["import", "--quiet", "--format", "lcm"])
+            .args(&files)
+            .env_remove("LCM_CONFIG");
+        command
+    };
+
+    let mut child = import()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    // The first file's report: the import is under way, its signal handler installed.
+    while !printed.contains("new messages") {
+        assert_ne!(stdout.read_line(&mut printed).unwrap(), 0, "{printed}");
+    }
+    common::send_sigint(child.id());
+    std::io::Read::read_to_string(&mut stdout, &mut printed).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted: imported"), "{stderr}");
+    assert!(stderr.contains("did not start"), "{stderr}");
+
+    // Every report printed is one file stored whole; the others were not started.
+    let reported = printed.matches("5 new messages").count();
+    assert!(
+        (1..FILES).contains(&reported),
+        "{reported} files reported:\n{printed}"
+    );
+    // Closed cleanly: a read-only open, which refuses a store that needs recovery, succeeds.
+    let store =
+        common::open_closed_store(&data_dir).expect("the interrupted import closed the store");
+    let sessions = store.sessions().unwrap();
+    assert_eq!(sessions.len(), reported, "{printed}");
+    assert!(
+        sessions.iter().all(|s| s.message_count == PER_FILE as u64),
+        "{sessions:?}"
+    );
+    drop(store);
+
+    // The same command imports the rest and skips what is stored.
+    let again = import().arg("--json").output().unwrap();
+    let report = json(&again);
+    let imported: u64 = report["imports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["imported"].as_u64().unwrap())
+        .sum();
+    assert_eq!(imported, ((FILES - reported) * PER_FILE) as u64);
+    let store = common::open_closed_store(&data_dir).unwrap();
+    assert_eq!(store.stats().unwrap().messages, (FILES * PER_FILE) as u64);
+}
+
+/// Ctrl-C during `lcm reindex`: the rebuild ends at its next commit, the store is closed
+/// cleanly, the index covers a prefix of the messages (its watermark), grep still finds a
+/// message past it, and the exit code is 130.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_reindex_ends_at_a_commit_and_grep_stays_complete() {
+    const MESSAGES: usize = 4_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().join("data");
+    let transcript = tmp.path().join("t.jsonl");
+    let lines: String = (0..MESSAGES)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({
+                    "session": "s",
+                    "role": "user",
+                    "key": format!("m{i}"),
+                    "content": format!("reindexed message marker{i:05} of the test"),
+                })
+            )
+        })
+        .collect();
+    std::fs::write(&transcript, lines).unwrap();
+    // A commit every 20 messages: the rebuild takes many commits, each a chance to stop.
+    let config = tmp.path().join("config.toml");
+    std::fs::write(&config, "[search]\nindex_batch = 20\n").unwrap();
+    let run = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lcm"));
+        command
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--config")
+            .arg(&config)
+            .args(args);
+        command
+    };
+    let imported = json(
+        &run(&["import", "--json", transcript.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(imported["indexed"].as_u64(), Some(MESSAGES as u64));
+
+    let meta = data_dir.join("index/meta.json");
+    let before = std::fs::read(&meta).unwrap();
+    let child = run(&["reindex", "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The rebuild's first commit (every document deleted) rewrites tantivy's meta.json; the
+    // signal handler was installed before it.
+    let waited = std::time::Instant::now();
+    while std::fs::read(&meta).is_ok_and(|now| now == before) {
+        assert!(
+            waited.elapsed().as_secs() < 60,
+            "the rebuild never committed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    common::send_sigint(child.id());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("the index covers the first"), "{stderr}");
+
+    // Closed cleanly, and the watermark is a commit's: a multiple of 20, short of the end.
+    let store =
+        common::open_closed_store(&data_dir).expect("the interrupted reindex closed the store");
+    let watermark = store.stats().unwrap().index_watermark.0;
+    assert!(watermark < MESSAGES as u64, "{watermark}");
+    assert_eq!(watermark % 20, 0, "{watermark}");
+    drop(store);
+    // The last message, past the watermark, is found (by the scan of what is not indexed).
+    let page = json(
+        &run(&["grep", "--json", &format!("marker{:05}", MESSAGES - 1)])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(page["hits"].as_array().unwrap().len(), 1, "{page}");
+}
+
+/// The issue's case: a session whose newest messages hold a 12,000-row CSV read by a tool
+/// (about 226k tokens). `lcm context` for a 32,000-token window gives a context under it that
+/// names the file, its columns and its 12,000 rows; `lcm describe file_N` shows the exploration
+/// summary; the message is still byte for byte what was imported.
+#[test]
+fn a_twelve_thousand_row_csv_read_fits_a_32k_context_by_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut csv = String::from("order_id,customer,region,product,quantity,unit_price,order_date\n");
+    for i in 0..12_000 {
+        csv.push_str(&format!(
+            "{},customer-{:05},{},product-{:03},{},{}.{:02},2026-{:02}-{:02}\n",
+            100_000 + i,
+            i * 7 % 10_000,
+            ["north", "south", "east", "west"][i % 4],
+            i % 250,
+            1 + i % 9,
+            5 + i % 200,
+            i % 100,
+            1 + i % 12,
+            1 + i % 28
+        ));
+    }
+    let lines = [
+        serde_json::json!({"session": "sales", "role": "user", "key": "u1",
+            "content": "Load /data/sales.csv and tell me the best region."}),
+        serde_json::json!({"session": "sales", "role": "assistant", "key": "a1", "parts": [
+            {"type": "tool_call", "id": "call_1", "name": "Read",
+             "arguments": "{\"file_path\":\"/data/sales.csv\"}"}]}),
+        serde_json::json!({"session": "sales", "role": "tool", "key": "t1", "parts": [
+            {"type": "tool_result", "call_id": "call_1", "content": csv}]}),
+    ];
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let path = dir.join("sales.jsonl");
+    std::fs::write(&path, text.join("\n") + "\n").unwrap();
+    let data = dir.join("data");
+    json(&lcm(&data, &["import", "--json", path.to_str().unwrap()]));
+
+    let ctx = json(&lcm(
+        &data,
+        &["context", "--json", "sales", "--budget", "32000"],
+    ));
+    let tokens = ctx["tokens"].as_u64().unwrap();
+    assert!(tokens < 32_000, "a context of {tokens} tokens");
+    let body = ctx["body"].to_string();
+    assert!(body.contains("file_0"), "names the file record");
+    assert!(body.contains("/data/sales.csv"));
+    for column in ["order_id", "customer", "region", "unit_price", "order_date"] {
+        assert!(body.contains(column), "names column {column}");
+    }
+    assert!(
+        body.contains("12000 rows") || body.contains("12,000 rows"),
+        "says 12,000 rows: {body:.2000}"
+    );
+    assert!(
+        !body.contains("customer-09999"),
+        "the payload itself is not in the context"
+    );
+
+    let described = json(&lcm(&data, &["describe", "--json", "file_0"]));
+    let exploration = described["file"]["exploration"].as_str().unwrap();
+    assert!(exploration.contains("unit_price"), "{exploration}");
+    assert_eq!(described["file"]["kind"], "csv");
+    assert_eq!(described["file"]["path"], "/data/sales.csv");
+    assert_eq!(described["referenced_by"], serde_json::json!(["msg_2"]));
+    let human = lcm(&data, &["describe", "file_0"]);
+    assert!(human.status.success());
+    assert!(String::from_utf8_lossy(&human.stdout).contains("/data/sales.csv"));
+
+    let shown = lcm(&data, &["show", "msg_2"]);
+    assert!(shown.status.success());
+    assert!(
+        String::from_utf8_lossy(&shown.stdout)
+            .contains("part 0 is file_0 (in contexts by its reference)"),
+        "{}",
+        String::from_utf8_lossy(&shown.stdout)
+    );
+    // Lossless: the message is byte for byte the imported line.
+    let out = lcm(&data, &["show", "--original", "msg_2"]);
+    assert!(out.status.success());
+    assert_eq!(&out.stdout[..out.stdout.len() - 1], text[2].as_bytes());
+}
+
+/// A data directory written by the previous schema (lcm-store's committed fixture) is migrated
+/// by the first command that opens it, and `lcm doctor` then finds nothing wrong.
+#[test]
+fn a_store_of_the_previous_schema_is_migrated_and_passes_doctor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("crates/lcm-store/tests/fixtures/schema5/lcm.redb"),
+        dir.join("lcm.redb"),
+    )
+    .unwrap();
+    let report = json(&lcm(dir, &["doctor", "--json"]));
+    assert_eq!(
+        report["check"]["violations"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(
+        report["check"]["checked"]["messages"].as_u64(),
+        Some(29),
+        "{report}"
+    );
+    assert_eq!(
+        report["check"]["checked"]["summaries"].as_u64(),
+        Some(2),
+        "{report}"
+    );
+    let found = json(&lcm(dir, &["grep", "--json", "cannot find"]));
+    assert_eq!(found["hits"][0]["message"], "msg_27", "{found}");
+}

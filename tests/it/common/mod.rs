@@ -1,0 +1,98 @@
+//! Shared helpers of the integration tests.
+
+use std::path::PathBuf;
+
+use lcm::TokenCounter;
+use lcm::core::config::Config;
+use lcm::store::{DataDir, Store, StoreOptions};
+
+/// `../shared/data` beside the repository, if present (a fresh clone of the project alone has
+/// none: tests that need it skip with a message).
+pub fn shared_data() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is absent (it holds the real transcripts); this test needs it",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// The four long real Claude Code sessions.
+pub fn real_sessions(data: &std::path::Path) -> Vec<PathBuf> {
+    let dir = data.join("transcripts/claude-code");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.extension().is_some_and(|e| e == "jsonl")
+                        && p.file_stem().is_some_and(|s| s.len() == 36)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// A data directory in a fresh temporary folder (kept alive by the returned guard).
+pub fn temp_data_dir() -> (tempfile::TempDir, DataDir) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let data = DataDir::open(tmp.path().join("data"), &Config::default()).expect("open data dir");
+    (tmp, data)
+}
+
+/// Options for opening a [`Store`] directly, with the default configuration's tokenizer.
+pub fn store_options() -> StoreOptions {
+    StoreOptions::new(TokenCounter::new(Config::default().tokenizer.encoding()))
+}
+
+/// The store of a closed data directory, opened read-only: this fails with
+/// `StoreError::NeedsRecovery` if the last process to write it did not close it cleanly.
+pub fn open_closed_store(data_dir: &std::path::Path) -> lcm::store::Result<Store> {
+    Store::open_read_only(
+        data_dir.join(lcm::store::data_dir::STORE_FILE),
+        store_options(),
+    )
+}
+
+/// The name libtest gives test function `name` of the module at `module` (its `module_path!()`,
+/// whose first segment, the test binary's crate, libtest leaves out): what `--exact` matches when
+/// a test runs this binary again as a child process that plays its part.
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// Sends SIGINT (what Ctrl-C sends) to process `pid`.
+#[cfg(unix)]
+pub fn send_sigint(pid: u32) {
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -INT {pid}");
+}
+
+/// A tiny deterministic generator (tests must not depend on a random crate's stream).
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}

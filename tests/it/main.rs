@@ -1,0 +1,28 @@
+//! The integration tests of the `lcm` facade and binary, as modules of one test binary: one
+//! link instead of one per file. A file's tests run alone with its module's name as the filter,
+//! e.g. `cargo test -p lcm --test it import_huge_line::`.
+
+mod common;
+
+mod agentic_map;
+mod bad_input;
+mod cli;
+mod compaction_crash;
+mod config;
+mod delegation;
+mod durability;
+mod embed_server;
+mod grep_property;
+mod import_huge_line;
+mod map_crash;
+mod map_runtime;
+mod mcp;
+mod read_only;
+mod real_transcripts;
+mod runtime_concurrency;
+#[cfg(unix)]
+mod serve;
+mod supervision;
+mod token_counts;
+mod trec_local_model;
+mod vacuum;
