@@ -14,6 +14,7 @@ mod durability;
 mod embed_server;
 mod grep_property;
 mod import_huge_line;
+mod layering;
 mod map_crash;
 mod map_runtime;
 mod mcp;

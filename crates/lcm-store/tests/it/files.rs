@@ -10,8 +10,7 @@ use lcm_core::time::Timestamp;
 use lcm_core::tokens::{Encoding, TokenCounter};
 use lcm_store::{ApplyOutcome, FileRules, Store, StoreError, StoreOptions};
 
-mod common;
-use common::SummaryRec;
+use crate::common::SummaryRec;
 
 const LARGE: u32 = 2_000;
 

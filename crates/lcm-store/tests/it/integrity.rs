@@ -18,8 +18,7 @@ use lcm_store::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
 use lcm_store::{ApplyOutcome, SearchIndex, Store, StoreOptions};
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
-mod common;
-use common::SummaryRec;
+use crate::common::SummaryRec;
 
 // ------------------------------------------------------------------------------ fixture
 
