@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use lcm::core::config::Config;
 use lcm::core::message::NewMessage;
-use lcm::store::DataDir;
+use lcm::search::DataDir;
 
 /// One message carrying a 10 MiB tool result (a CSV a `Read` returned), appended durably to a
 /// fresh store: token count, SHA-256, exploration summary and file record included. Peak memory:

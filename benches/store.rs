@@ -18,8 +18,8 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group};
 use lcm::core::config::Config;
 use lcm::core::message::NewMessage;
+use lcm::search::{DataDir, GrepMode, GrepRequest, Scope, grep};
 use lcm::store::import::{ImportOptions, import_file};
-use lcm::store::{DataDir, GrepMode, GrepRequest, Scope, grep};
 use lcm::{Encoding, SessionId, TokenCounter};
 
 use corpus::Words;

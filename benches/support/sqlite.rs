@@ -138,7 +138,7 @@ impl Baseline {
             let (start, end) = re.find(&content).map_or((0, 0), |m| (m.start(), m.end()));
             BaselineHit::from_row(
                 r,
-                lcm::store::grep::snippet(&content, start, end, SNIPPET_CHARS),
+                lcm::search::grep::snippet(&content, start, end, SNIPPET_CHARS),
             )
         })
         .expect("query")

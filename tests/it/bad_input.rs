@@ -6,8 +6,9 @@ use crate::common;
 use std::io::Write;
 
 use lcm::core::message::{NewMessage, Role};
+use lcm::search::{GrepMode, GrepRequest, Scope, grep};
+use lcm::store::StoreError;
 use lcm::store::import::{ImportError, ImportOptions, import_file};
-use lcm::store::{GrepMode, GrepRequest, Scope, StoreError, grep};
 use lcm::{DataDir, MessageId, SessionId};
 
 /// Everything observable about the store's contents.

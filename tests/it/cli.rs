@@ -514,7 +514,7 @@ fn map_run_status_cancel_and_resume() {
     // A job left running (created, never run): cancel writes what was done; resume refuses.
     tokio.block_on(async {
         let opened =
-            lcm::store::DataDir::open(&data, &lcm::core::config::Config::default()).unwrap();
+            lcm::search::DataDir::open(&data, &lcm::core::config::Config::default()).unwrap();
         let map = lcm::core::config::MapConfig {
             allowed_roots: vec![root.clone()],
             ..Default::default()

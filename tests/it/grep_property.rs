@@ -6,7 +6,8 @@
 use lcm::core::config::SearchConfig;
 use lcm::core::message::{NewMessage, Part, Role};
 use lcm::core::time::Timestamp;
-use lcm::store::{GrepMode, GrepRequest, Scope, SearchIndex, Store, StoreOptions, grep};
+use lcm::search::{GrepMode, GrepRequest, Scope, SearchIndex, grep};
+use lcm::store::{Store, StoreOptions};
 use lcm::{Encoding, MessageId, SessionId, TokenCounter};
 use proptest::prelude::*;
 use regex::Regex;

@@ -53,10 +53,18 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("lcm-regex", &[]),
     ("lcm-files", &["lcm-core"]),
     ("lcm-llm", &["lcm-core"]),
-    ("lcm-store", &["lcm-core", "lcm-files", "lcm-regex"]),
+    ("lcm-store", &["lcm-core", "lcm-files"]),
+    ("lcm-search", &["lcm-core", "lcm-regex", "lcm-store"]),
     (
         "lcm-engine",
-        &["lcm-core", "lcm-files", "lcm-llm", "lcm-regex", "lcm-store"],
+        &[
+            "lcm-core",
+            "lcm-files",
+            "lcm-llm",
+            "lcm-regex",
+            "lcm-search",
+            "lcm-store",
+        ],
     ),
     (
         "lcm-server",
@@ -70,7 +78,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "lcm-mcp",
-        &["lcm-core", "lcm-engine", "lcm-regex", "lcm-store"],
+        &[
+            "lcm-core",
+            "lcm-engine",
+            "lcm-regex",
+            "lcm-search",
+            "lcm-store",
+        ],
     ),
     (
         "lcm-cli",
@@ -80,6 +94,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "lcm-llm",
             "lcm-mcp",
             "lcm-regex",
+            "lcm-search",
             "lcm-server",
             "lcm-store",
         ],
@@ -87,7 +102,13 @@ const LAYERS: &[(&str, &[&str])] = &[
 ];
 
 /// The crates above the store, and the facade: none may name redb.
-const ABOVE_THE_STORE: &[&str] = &["lcm-engine", "lcm-server", "lcm-mcp", "lcm-cli"];
+const ABOVE_THE_STORE: &[&str] = &[
+    "lcm-search",
+    "lcm-engine",
+    "lcm-server",
+    "lcm-mcp",
+    "lcm-cli",
+];
 
 #[test]
 fn every_crate_depends_only_on_the_crates_below_it() {

@@ -181,7 +181,7 @@ fn map_jobs_survive_sigkill_exactly_once() {
 
 /// Items completed so far, read from the store file of the killed child.
 fn completed_so_far(dir: &Path) -> u64 {
-    let path = dir.join("data").join(lcm::store::data_dir::STORE_FILE);
+    let path = dir.join("data").join(lcm::search::data_dir::STORE_FILE);
     let Ok(store) = lcm::store::Store::open(
         &path,
         lcm::store::StoreOptions::new(lcm::TokenCounter::new(lcm::Encoding::O200kBase)),

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use lcm::DataDir;
 use lcm::core::config::Config;
 use lcm::core::message::{NewMessage, Role};
-use lcm::store::{GrepMode, GrepRequest, Scope, Store, StoreError, grep};
+use lcm::search::{GrepMode, GrepRequest, Scope, grep};
+use lcm::store::{Store, StoreError};
 
 /// Every file under `dir` with its bytes.
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {

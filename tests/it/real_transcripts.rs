@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use lcm::MessageId;
 use lcm::core::message::Part;
+use lcm::search::{GrepMode, GrepRequest, Scope, grep};
 use lcm::store::import::{ImportOptions, import_file};
-use lcm::store::{GrepMode, GrepRequest, Scope, grep};
 use serde_json::Value;
 
 /// The texts a Claude Code entry carries, extracted independently of lcm's parser.

@@ -3,8 +3,9 @@
 
 use lcm::core::config::Config;
 use lcm::core::message::{NewMessage, Role};
+use lcm::search::DataDir;
+use lcm::store::StoreError;
 use lcm::store::integrity::check;
-use lcm::store::{DataDir, StoreError};
 use lcm::{MessageId, SessionId};
 
 /// Messages appended to many sessions in turn, in several batches: inserts in the middle of the

@@ -8,8 +8,8 @@ use lcm_core::formats::Format;
 use lcm_core::ids::{AnyId, SessionId};
 use lcm_core::message::{Part, Role};
 use lcm_core::time::Timestamp;
+use lcm_search::{DataDir, GrepMode, GrepRequest, Scope};
 use lcm_store::import::{ImportOptions, ImportReport, import_file};
-use lcm_store::{DataDir, GrepMode, GrepRequest, Scope};
 
 use crate::interrupt::{Interrupt, Interrupted};
 use crate::output::{bytes_bar, count_bar, print_json, spinner, thousands};
@@ -228,7 +228,7 @@ pub fn grep(app: &App, args: &GrepArgs) -> Result<()> {
         limit: args.limit,
         cursor: args.cursor.clone(),
     };
-    let page = lcm_store::grep(&data.store, &data.index, &app.config.search, &request)?;
+    let page = lcm_search::grep(&data.store, &data.index, &app.config.search, &request)?;
     if app.json {
         return print_json(&page);
     }
@@ -400,7 +400,7 @@ pub fn vacuum(app: &App) -> Result<()> {
     spinner.finish_and_clear();
     let (before, _) = sizes?;
     // Closing the store writes its allocator state: measure the file once it is closed.
-    let file = data.path.join(lcm_store::data_dir::STORE_FILE);
+    let file = data.path.join(lcm_search::data_dir::STORE_FILE);
     drop(data);
     let after = std::fs::metadata(&file)
         .with_context(|| format!("cannot read {}", file.display()))?

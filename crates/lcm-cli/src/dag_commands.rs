@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use lcm_core::ids::{AnyId, SessionId};
 use lcm_core::summary::{NodeRef, Summary};
 use lcm_engine::{assemble, compact, effective_budget, needs_compaction};
-use lcm_store::DataDir;
+use lcm_search::DataDir;
 
 use crate::App;
 use crate::commands::resolve_session;

@@ -13,8 +13,8 @@ use clap::Args;
 use lcm_core::config::CompactionConfig;
 use lcm_core::summary::NodeRef;
 use lcm_engine::{assemble, compact};
+use lcm_search::{GrepMode, GrepRequest, Scope};
 use lcm_store::import::{ImportOptions, import_file};
-use lcm_store::{GrepMode, GrepRequest, Scope};
 
 use crate::App;
 use crate::commands::catch_up_index;
@@ -80,7 +80,7 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
     catch_up_index(&app, &data)?;
 
     let search = |pattern: &str, mode| {
-        lcm_store::grep(
+        lcm_search::grep(
             &data.store,
             &data.index,
             &app.config.search,
@@ -200,7 +200,7 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
 }
 
 fn print_tree(
-    data: &lcm_store::DataDir,
+    data: &lcm_search::DataDir,
     id: lcm_core::ids::SummaryId,
     indent: usize,
 ) -> Result<()> {

@@ -6,7 +6,7 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use lcm_store::DataDir;
+use lcm_search::DataDir;
 use lcm_store::integrity::{IntegrityReport, RepairReport, check, repair};
 
 use crate::App;

@@ -210,15 +210,15 @@ impl App {
         })
     }
 
-    pub fn open(&self) -> Result<lcm_store::DataDir> {
-        lcm_store::DataDir::open(&self.data_dir, &self.config)
+    pub fn open(&self) -> Result<lcm_search::DataDir> {
+        lcm_search::DataDir::open(&self.data_dir, &self.config)
             .with_context(|| format!("cannot open the data directory {}", self.data_dir.display()))
     }
 
     /// Opens the data directory for a command that only reads: nothing is written (no fsync on
-    /// open or close); see [`lcm_store::DataDir::open_read_only`].
-    pub fn open_read_only(&self) -> Result<lcm_store::DataDir> {
-        lcm_store::DataDir::open_read_only(&self.data_dir, &self.config)
+    /// open or close); see [`lcm_search::DataDir::open_read_only`].
+    pub fn open_read_only(&self) -> Result<lcm_search::DataDir> {
+        lcm_search::DataDir::open_read_only(&self.data_dir, &self.config)
             .with_context(|| format!("cannot open the data directory {}", self.data_dir.display()))
     }
 }

@@ -66,7 +66,7 @@ pub fn tool_cmd(app: &App, args: &ToolArgs) -> Result<()> {
     } else {
         Caller::main_agent(session)
     };
-    let lcm_store::DataDir { store, index, .. } = data;
+    let lcm_search::DataDir { store, index, .. } = data;
     let ctx = ToolContext::new(
         Arc::new(store),
         Some(Arc::new(index)),

@@ -9,6 +9,7 @@
 //! store, the engine and the tests share one definition of each idea.
 
 pub mod config;
+pub mod cores;
 pub mod digest;
 pub mod files;
 pub mod formats;

@@ -105,7 +105,7 @@ impl From<tantivy::query::QueryParserError> for StoreError {
 
 impl StoreError {
     /// An I/O error on `path`.
-    pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> StoreError {
+    pub fn io(path: &std::path::Path, source: std::io::Error) -> StoreError {
         StoreError::Io {
             path: path.display().to_string(),
             source,

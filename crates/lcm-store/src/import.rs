@@ -199,7 +199,7 @@ pub fn import_file(
     // Lines are parsed in chunks on every core (parsing is pure), and their outcomes handled
     // here in file order, so reports and batches are what a line-by-line import would make.
     let mut read = 0u64;
-    let threads = crate::cores::cores();
+    let threads = lcm_core::cores::cores();
     for_each_run_of_lines(path, PARSE_RUN_BYTES, max_line, |run| {
         let default_key = default_key.clone();
         let pipeline = OrderedPipeline::new(run, move |chunk: LineChunk| {

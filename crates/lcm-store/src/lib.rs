@@ -1,36 +1,33 @@
 //! # lcm-store
 //!
-//! The ground truth of lcm and what is derived from it:
-//! - [`store`]: the immutable store on redb (sessions, messages, originals). Durable on return,
-//!   append-only, atomic batches.
-//! - [`index`]: the search index (tantivy for BM25 words, trigram segments for regex), derived
-//!   from the store, rebuildable from it, with a watermark.
-//! - [`mod@grep`]: regex and full-text search over both, complete and exact.
+//! The ground truth of lcm, on redb:
+//! - [`store`]: sessions, messages and originals. Durable on return, append-only, atomic
+//!   batches; each message one [`record`] in lcm's own layout.
+//! - [`dag`]: the summary DAG and each session's context state, changed in one transaction.
 //! - [`files`]: file records (large payloads and file reads), registered in the append that
 //!   brings them.
-//! - [`import`]: importing transcripts (Claude Code, OpenAI, lcm JSONL), idempotently.
-//! - [`integrity`]: the check of every invariant between the tables (and the index), and the
-//!   safe repairs of derived data.
 //! - [`map_jobs`]: database-backed map jobs (`llm_map` / `agentic_map`): atomic claims with
 //!   leases, exactly-once commits, resume after a crash.
+//! - [`import`]: importing transcripts (Claude Code, OpenAI, lcm JSONL), idempotently.
+//! - [`integrity`]: one checker per invariant between the tables (and, through
+//!   [`integrity::DerivedIndex`], the search index's agreement with them), and the safe
+//!   repairs of derived data.
+//! - [`records`]: the record source the derived search (the `lcm-search` crate) reads.
 //!
-//! Architecture invariant: this crate knows nothing of actors, providers or compaction policy.
-//! The engine talks to storage only through the API here, so a second backend can come later
-//! without touching the engine.
+//! Architecture invariant: this crate knows nothing of actors, providers, compaction policy or
+//! how search is done. Nothing above it names redb (checked by the facade's `layering` test):
+//! the engine, the daemon and the search read and write through the API here, so a second
+//! backend can replace redb without touching them.
 
 mod coalesced_file;
 pub mod codec;
-mod cores;
 pub mod dag;
 #[doc(hidden)]
 pub mod damage;
-pub mod data_dir;
 mod db;
 pub mod error;
 pub mod files;
-pub mod grep;
 pub mod import;
-pub mod index;
 pub mod integrity;
 pub mod map_jobs;
 mod message_rows;
@@ -40,19 +37,20 @@ mod record_migration;
 mod session_runs;
 pub mod store;
 pub mod tables;
-mod trigram_index;
-mod trigram_keys;
-pub mod word_tokens;
 
-/// Trigram plans of a regex ([`lcm_regex::trigram`]), re-exported where they were.
-pub use lcm_regex::trigram;
+/// The record source: what the derived search (the `lcm-search` crate: index, grep) reads of
+/// the stored messages, through [`StoreReader`]'s record methods (`range_records`,
+/// `range_records_in_rows`, `records_of`, `session_records_in_rows`, `session_id_ranges`) and
+/// [`Store::index_watermark`] / [`Store::set_index_watermark`]. Records are in lcm's own layout
+/// ([`record`]), which a second backend stores as they are.
+pub mod records {
+    pub use crate::message_rows::{InRow, Step};
+    pub use crate::record::RecordView;
+}
 
 pub use dag::ApplyOutcome;
-pub use data_dir::DataDir;
 pub use error::{Result, StoreError};
 pub use files::FileRules;
-pub use grep::{GrepHit, GrepMode, GrepPage, GrepRequest, Scope, Strategy, grep};
-pub use index::SearchIndex;
 pub use integrity::{IntegrityReport, Repair, RepairReport, Violation, ViolationKind};
 pub use map_jobs::{
     ClaimedItem, CommitOutcome, FailureKind, ItemContent, ItemFailure, ItemInput, ItemOutcome,

@@ -213,7 +213,7 @@ impl<'t, T: ReadableTable<u64, &'static [u8]>> RecordCursor<'t, T> {
 }
 
 /// A stored record seen with the row it sits in (for readers that look at whole rows).
-pub(crate) struct InRow<'a> {
+pub struct InRow<'a> {
     pub id: u64,
     pub record: &'a [u8],
     /// Messages of the row from this one on that the walk would visit (this one included).
@@ -227,7 +227,7 @@ pub(crate) struct InRow<'a> {
 
 /// What a walk over whole rows does after visiting a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
+pub enum Step {
     Next,
     /// Skips the rest of this record's row (the visitor has dealt with [`InRow::rest`]).
     SkipRow,

@@ -148,7 +148,7 @@ pub(crate) fn helper_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
         let built = rayon::ThreadPoolBuilder::new()
-            .num_threads(crate::cores::cores().saturating_sub(1).max(1))
+            .num_threads(lcm_core::cores::cores().saturating_sub(1).max(1))
             .thread_name(|i| format!("lcm-helper-{i}"))
             .build();
         match built {

@@ -713,7 +713,7 @@ impl Store {
     }
 
     /// Records how far the search index has caught up (called by the index after it commits).
-    pub(crate) fn set_index_watermark(&self, watermark: MessageId) -> Result<()> {
+    pub fn set_index_watermark(&self, watermark: MessageId) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
             let mut meta_table = txn.open_table(tables::META)?;
@@ -820,7 +820,7 @@ impl StoreReader {
     /// The stored bytes of the messages `ids` that exist, in the order given (grep reads them
     /// through [`crate::view`]); the bytes live as long as one call of `visit`. Ascending ids
     /// read each row once.
-    pub(crate) fn records_of(
+    pub fn records_of(
         &self,
         ids: impl IntoIterator<Item = MessageId>,
         mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
@@ -840,7 +840,7 @@ impl StoreReader {
 
     /// The stored bytes of every message with an id in `ids`, in id order; the bytes live as
     /// long as one call of `visit`.
-    pub(crate) fn range_records(
+    pub fn range_records(
         &self,
         ids: Range<MessageId>,
         mut visit: impl FnMut(MessageId, &[u8]) -> Result<ControlFlow<()>>,
@@ -855,7 +855,7 @@ impl StoreReader {
 
     /// [`Self::range_records`], with each record's row (a scan tests whole packs at once); the
     /// visitor may skip the rest of a row.
-    pub(crate) fn range_records_in_rows(
+    pub fn range_records_in_rows(
         &self,
         ids: Range<MessageId>,
         visit: impl FnMut(message_rows::InRow<'_>) -> Result<message_rows::Step>,
@@ -867,7 +867,7 @@ impl StoreReader {
 
     /// The ids of the messages of `session`, as ascending, disjoint ranges (one per run of
     /// consecutive ids; ids grow with the sequence within a session).
-    pub(crate) fn session_id_ranges(&self, session: SessionId) -> Result<Vec<Range<u64>>> {
+    pub fn session_id_ranges(&self, session: SessionId) -> Result<Vec<Range<u64>>> {
         self.session(session)?;
         let index = self.txn.open_table(tables::SESSION_RUNS)?;
         let mut ranges: Vec<Range<u64>> = Vec::new();
@@ -885,7 +885,7 @@ impl StoreReader {
     /// The stored bytes of the messages of `session` with sequence numbers in `seqs` and ids
     /// in `ids`, in order; the bytes live as long as one call of `visit`. (Ids grow with the
     /// sequence within a session, so the walk ends at the first id past `ids`.)
-    pub(crate) fn session_records(
+    pub fn session_records(
         &self,
         session: SessionId,
         seqs: Range<u64>,
@@ -902,7 +902,7 @@ impl StoreReader {
 
     /// [`Self::session_records`], with each record's row; the visitor may skip the rest of a
     /// row (within the session's run).
-    pub(crate) fn session_records_in_rows(
+    pub fn session_records_in_rows(
         &self,
         session: SessionId,
         seqs: Range<u64>,
@@ -1060,7 +1060,7 @@ const PARALLEL_MIN_BATCH: usize = 256;
 /// The threads to prepare a batch of `len` messages on, or `None` to prepare it on the calling
 /// thread alone (a small batch, or a single core).
 fn parallel_threads(len: usize) -> Option<usize> {
-    let threads = crate::cores::cores();
+    let threads = lcm_core::cores::cores();
     (threads >= 2 && len >= PARALLEL_MIN_BATCH).then_some(threads)
 }
 

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use lcm::TokenCounter;
 use lcm::core::config::Config;
-use lcm::store::{DataDir, Store, StoreOptions};
+use lcm::search::DataDir;
+use lcm::store::{Store, StoreOptions};
 
 /// `../shared/data` beside the repository, if present (a fresh clone of the project alone has
 /// none: tests that need it skip with a message).
@@ -55,7 +56,7 @@ pub fn store_options() -> StoreOptions {
 /// `StoreError::NeedsRecovery` if the last process to write it did not close it cleanly.
 pub fn open_closed_store(data_dir: &std::path::Path) -> lcm::store::Result<Store> {
     Store::open_read_only(
-        data_dir.join(lcm::store::data_dir::STORE_FILE),
+        data_dir.join(lcm::search::data_dir::STORE_FILE),
         store_options(),
     )
 }

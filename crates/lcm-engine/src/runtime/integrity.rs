@@ -112,7 +112,7 @@ async fn run(
     let s = Arc::clone(shared);
     let outcome = join_blocking(
         tokio::task::spawn_blocking(move || -> Result<IntegrityOutcome, RuntimeError> {
-            let report = check(&s.store, Some(&s.index))?;
+            let report = check(&s.store, Some(&*s.index))?;
             s.faults.hit(FaultPoint::IntegrityMidCheck, None);
             if !with_repair || report.violations.is_empty() {
                 return Ok(IntegrityOutcome {
@@ -121,8 +121,8 @@ async fn run(
                     after: None,
                 });
             }
-            let repaired = repair(&s.store, Some(&s.index), &report)?;
-            let after = check(&s.store, Some(&s.index))?;
+            let repaired = repair(&s.store, Some(&*s.index), &report)?;
+            let after = check(&s.store, Some(&*s.index))?;
             Ok(IntegrityOutcome {
                 report,
                 repaired: Some(repaired),

@@ -67,7 +67,8 @@ use lcm_core::message::NewMessage;
 use lcm_core::tokens::TokenCounter;
 use lcm_llm::from_config::{LlmClients, clients_from_config, summarizer_from_config};
 use lcm_llm::summarize::Summarizer;
-use lcm_store::{Appended, DataDir, MapJob, SearchIndex, Store, StoreOptions};
+use lcm_search::{DataDir, SearchIndex};
+use lcm_store::{Appended, MapJob, Store, StoreOptions};
 use ractor::{Actor, ActorRef};
 use tokio::sync::broadcast;
 

@@ -11,7 +11,8 @@ use lcm_core::config::Config;
 use lcm_core::ids::SessionId;
 use lcm_llm::from_config::LlmClients;
 use lcm_llm::summarize::Summarizer;
-use lcm_store::{SearchIndex, Store};
+use lcm_search::SearchIndex;
+use lcm_store::Store;
 use ractor::{ActorRef, MessagingErr, RpcReplyPort, rpc::CallResult};
 use tokio::sync::broadcast;
 

@@ -5,7 +5,7 @@
 //! stored text; or BM25 full text). A search restricted to a summary's subtree (`summary_id`)
 //! scans that subtree's messages (regex) or narrows the store search to the subtree's time
 //! range and keeps the hits inside its sequence range (full text). Summaries are searched by
-//! matching their stored text with the same semantics ([`lcm_store::grep::TextMatcher`]).
+//! matching their stored text with the same semantics ([`lcm_search::grep::TextMatcher`]).
 //!
 //! Each page holds at most `limit` hits and at most `max_tokens` tokens of output; hits that do
 //! not fit are left for the next page, and the cursor resumes exactly at the first hit not
@@ -19,8 +19,9 @@ use lcm_core::ids::{MessageId, SessionId, SummaryId};
 use lcm_core::message::Role;
 use lcm_core::summary::{NodeRef, Summary};
 use lcm_core::time::Timestamp;
-use lcm_store::grep::TextMatcher;
-use lcm_store::{GrepMode, GrepRequest, Scope, Store, StoreError};
+use lcm_search::grep::TextMatcher;
+use lcm_search::{GrepMode, GrepRequest, Scope};
+use lcm_store::{Store, StoreError};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -568,7 +569,7 @@ fn store_hits(
             limit: Some((skip + (want - taken)).min(max_limit)),
             cursor: cursor.clone(),
         };
-        let page = lcm_store::grep(&ctx.store, index, &ctx.config.search, &request)
+        let page = lcm_search::grep(&ctx.store, index, &ctx.config.search, &request)
             .map_err(store_err(NAME))?;
         let count = page.hits.len();
         for (i, hit) in page.hits.into_iter().enumerate().skip(skip) {

@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use super::delegation::Delegator;
 use lcm_core::config::Config;
 use lcm_core::ids::SessionId;
-use lcm_store::{SearchIndex, Store};
+use lcm_search::SearchIndex;
+use lcm_store::Store;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -23,7 +23,8 @@ use lcm_engine::tools::{
     Caller, Tool, ToolContext, ToolDefinition, ToolError, ToolFormat, ToolRegistry,
 };
 use lcm_llm::ExtractiveSummarizer;
-use lcm_store::{SearchIndex, Store, StoreOptions};
+use lcm_search::SearchIndex;
+use lcm_store::{Store, StoreOptions};
 use serde_json::{Value, json};
 
 const WORDS: [&str; 12] = [

@@ -16,8 +16,9 @@ use lcm_core::tokens::TokenCounter;
 use lcm_engine::compact;
 use lcm_engine::tools::{Caller, ToolContext, ToolRegistry};
 use lcm_llm::ExtractiveSummarizer;
+use lcm_search::SearchIndex;
 use lcm_store::import::{ImportOptions, import_file};
-use lcm_store::{SearchIndex, Store, StoreOptions};
+use lcm_store::{Store, StoreOptions};
 use serde_json::{Value, json};
 
 use crate::common::{real_sessions, shared_data};

@@ -15,10 +15,10 @@ use std::ops::ControlFlow;
 
 use lcm_core::ids::MessageId;
 
+use super::DerivedIndex;
 use super::shared::{Findings, message_end, meta_value};
 use super::{Repair, ViolationKind};
 use crate::error::Result;
-use crate::index::SearchIndex;
 use crate::message_rows;
 use crate::store::Store;
 use crate::tables::{self, meta};
@@ -28,7 +28,7 @@ use crate::tables::{self, meta};
 /// `end`, one past the newest message. `dense`: message ids run 0..next_message without a gap.
 pub(super) fn check(
     store: &Store,
-    index: Option<&SearchIndex>,
+    index: Option<&dyn DerivedIndex>,
     stored_watermark: u64,
     end: u64,
     dense: bool,
@@ -54,7 +54,12 @@ pub(super) fn check(
 
 /// Compares the index with the store: watermarks, and one document per message below the
 /// watermark. Returns the number of documents.
-fn check_index(store: &Store, index: &SearchIndex, dense: bool, f: &mut Findings) -> Result<u64> {
+fn check_index(
+    store: &Store,
+    index: &dyn DerivedIndex,
+    dense: bool,
+    f: &mut Findings,
+) -> Result<u64> {
     let before = index.watermark();
     let (stored, next) = {
         let txn = store.db.begin_read()?;

@@ -21,7 +21,7 @@
 //! - **context**: each session's context lists exactly its uncovered (top-level) summaries,
 //!   of that session, in order, followed by the raw tail from `raw_from` = the last one's
 //!   `last_seq + 1`, so that every message of the session is reached exactly once;
-//! - **index** (when a [`SearchIndex`] is given): the redb copy of the watermark equals the
+//! - **index** (when a [`DerivedIndex`] is given): the redb copy of the watermark equals the
 //!   watermark in the tantivy commit, which is at most the next message id, and the index holds
 //!   exactly one document per message below it.
 //!
@@ -67,7 +67,6 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::error::Result;
-use crate::index::SearchIndex;
 use crate::store::Store;
 use crate::tables::meta;
 
@@ -436,11 +435,23 @@ const AFTER_WALK: [StoreChecker; 12] = [
     digests::check,
 ];
 
+/// What the check and the repairs need of the search index derived from the store (the
+/// `lcm-search` crate's `SearchIndex` implements it): the store does not know how search is
+/// done, only that an index claims the messages below its watermark.
+pub trait DerivedIndex {
+    /// Messages below this id are in the index (its last commit).
+    fn watermark(&self) -> MessageId;
+    /// Documents the index holds (one per indexed message).
+    fn num_docs(&self) -> u64;
+    /// Rebuilds the index from the store; the number of messages indexed.
+    fn rebuild_from(&self, store: &Store) -> Result<u64>;
+}
+
 /// Checks every invariant of the store (and of the index, when given) and reports what is
 /// broken, with the safe repair for each violation that has one. Reads the store in one read
 /// transaction; the index checks read the index and the store's watermark after it. Errors are
 /// I/O or database errors (and records of a newer schema), not violations.
-pub fn check(store: &Store, index: Option<&SearchIndex>) -> Result<IntegrityReport> {
+pub fn check(store: &Store, index: Option<&dyn DerivedIndex>) -> Result<IntegrityReport> {
     let started = std::time::Instant::now();
     let txn = store.db.begin_read()?;
     let t = Tables::open(&txn)?;

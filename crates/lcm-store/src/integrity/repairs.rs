@@ -9,12 +9,12 @@ use lcm_core::ids::{MessageId, SessionId, SummaryId};
 use lcm_core::summary::{ContextState, SummaryKind};
 use redb::{ReadableTable, WriteTransaction};
 
+use super::DerivedIndex;
 use super::derived::{Aggregate, Derived};
 use super::{Counter, IntegrityReport, Repair, RepairOutcome, RepairReport};
 use crate::codec;
 use crate::dag::SummaryRecord;
 use crate::error::{Result, StoreError};
-use crate::index::SearchIndex;
 use crate::message_rows;
 use crate::record::RecordView;
 use crate::session_runs;
@@ -59,7 +59,7 @@ impl RepairStep {
 /// Errors are I/O or database errors; repairs applied before one stay applied.
 pub fn repair(
     store: &Store,
-    index: Option<&SearchIndex>,
+    index: Option<&dyn DerivedIndex>,
     report: &IntegrityReport,
 ) -> Result<RepairReport> {
     let mut repairs: Vec<Repair> = report
@@ -378,10 +378,10 @@ fn rebuild_context(store: &Store, session: SessionId) -> Result<RepairStep> {
 /// check time, without an index).
 fn set_index_watermark(
     store: &Store,
-    index: Option<&SearchIndex>,
+    index: Option<&dyn DerivedIndex>,
     watermark: MessageId,
 ) -> Result<RepairStep> {
-    let target = index.map_or(watermark, SearchIndex::watermark);
+    let target = index.map_or(watermark, |index| index.watermark());
     let current = store.index_watermark()?;
     if current == target {
         return RepairStep::skipped(format!("the store already records watermark {}", target.0));
@@ -391,10 +391,10 @@ fn set_index_watermark(
 }
 
 /// Rebuilds the index from the store (skipped without an index).
-fn reindex_store(store: &Store, index: Option<&SearchIndex>) -> Result<RepairStep> {
+fn reindex_store(store: &Store, index: Option<&dyn DerivedIndex>) -> Result<RepairStep> {
     match index {
         Some(index) => {
-            let n = index.rebuild(store, |_, _| {})?;
+            let n = index.rebuild_from(store)?;
             RepairStep::applied(format!("reindexed {n} messages"))
         }
         None => RepairStep::skipped(

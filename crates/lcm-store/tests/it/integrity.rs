@@ -12,10 +12,11 @@ use lcm_core::message::{NewMessage, Original, Role, SourceFormat};
 use lcm_core::summary::{ContextState, NewSummary, NodeRef, SummaryKind};
 use lcm_core::time::Timestamp;
 use lcm_core::tokens::{Encoding, TokenCounter};
+use lcm_search::SearchIndex;
 use lcm_store::codec;
 use lcm_store::integrity::{Counter, Repair, ViolationKind, check, repair};
 use lcm_store::tables::{self, NODE_MESSAGE, NODE_SUMMARY, meta};
-use lcm_store::{ApplyOutcome, SearchIndex, Store, StoreOptions};
+use lcm_store::{ApplyOutcome, Store, StoreOptions};
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use crate::common::SummaryRec;

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 
 use lcm_core::config::Config;
 use lcm_core::ids::{MessageId, SessionId, SummaryId};
+use lcm_search::{DataDir, GrepMode, GrepRequest, Scope, grep};
 use lcm_store::import::{ImportOptions, import_file};
-use lcm_store::{DataDir, GrepMode, GrepRequest, Scope, Store, StoreError, grep, integrity};
+use lcm_store::{Store, StoreError, integrity};
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema5")
@@ -23,7 +24,7 @@ fn data_dir_with_fixture() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
         fixture_dir().join("lcm.redb"),
-        dir.path().join(lcm_store::data_dir::STORE_FILE),
+        dir.path().join(lcm_search::data_dir::STORE_FILE),
     )
     .unwrap();
     dir
@@ -65,7 +66,7 @@ fn part_kind(part: &lcm_core::message::Part) -> &'static str {
 #[test]
 fn a_read_only_open_of_a_schema_5_store_says_what_to_do_and_writes_nothing() {
     let dir = data_dir_with_fixture();
-    let path = dir.path().join(lcm_store::data_dir::STORE_FILE);
+    let path = dir.path().join(lcm_search::data_dir::STORE_FILE);
     let before = std::fs::read(&path).unwrap();
     let config = Config::default();
     let err = Store::open_read_only(&path, options(&config))
@@ -169,7 +170,7 @@ fn a_schema_5_store_migrates_and_reads_as_a_store_written_today() {
         .unwrap();
     assert_eq!(next.id, MessageId(29));
     drop(migrated);
-    let path = dir.path().join(lcm_store::data_dir::STORE_FILE);
+    let path = dir.path().join(lcm_search::data_dir::STORE_FILE);
     let reopened = Store::open_read_only(&path, options(&config)).unwrap();
     assert_eq!(
         reopened.message(MessageId(29)).unwrap().search_text(),

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use lcm_core::config::Config;
 use lcm_core::tokens::TokenCounter;
 
-use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
-use crate::store::{Store, StoreOptions};
+use lcm_store::error::{Result, StoreError};
+use lcm_store::store::{Store, StoreOptions};
 
 /// File name of the store inside a data directory.
 pub const STORE_FILE: &str = "lcm.redb";
@@ -76,38 +76,29 @@ fn store_options(config: &Config) -> StoreOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lcm_core::message::{NewMessage, Role};
 
-    /// A one-shot reader (`lcm grep`, `lcm show`) on a store of schema 1 opens it writable once,
-    /// which migrates it, instead of failing.
+    /// A one-shot reader (`lcm grep`, `lcm show`) on a store of an older schema (the committed
+    /// schema-5 fixture) opens it writable once, which migrates it, instead of failing.
     #[test]
-    fn a_read_only_open_of_a_schema_1_store_migrates_it() {
+    fn a_read_only_open_of_an_older_store_migrates_it() {
         let dir = tempfile::tempdir().unwrap();
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../lcm-store/tests/fixtures/schema5/lcm.redb");
+        std::fs::copy(fixture, dir.path().join(STORE_FILE)).unwrap();
         let config = Config::default();
-        let (session, id) = {
-            let data = DataDir::open(dir.path(), &config).unwrap();
-            let session = data.store.create_session("s", None).unwrap();
-            let id = data
-                .store
-                .append(
-                    session,
-                    NewMessage::text(Role::User, "kept across the migration"),
-                )
-                .unwrap()
-                .id;
-            (session, id)
-        };
-        assert_eq!(
-            crate::session_runs::rewrite_as_v1(&dir.path().join(STORE_FILE)),
-            1
-        );
         let data = DataDir::open_read_only(dir.path(), &config).unwrap();
         assert!(!data.store.is_read_only(), "opened writable to migrate");
-        let messages = data.store.session_messages(session, 0..1).unwrap();
-        assert_eq!(messages.len(), 1);
-        assert_eq!(messages[0].id, id);
+        let id = lcm_core::ids::MessageId(27);
+        assert!(
+            data.store
+                .message(id)
+                .unwrap()
+                .search_text()
+                .contains("cannot find")
+        );
         drop(data);
         let data = DataDir::open_read_only(dir.path(), &config).unwrap();
         assert!(data.store.is_read_only(), "migrated: read-only from now on");
+        assert_eq!(data.store.message(id).unwrap().seq, 5);
     }
 }

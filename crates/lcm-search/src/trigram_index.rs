@@ -36,9 +36,9 @@ use std::sync::{Arc, RwLock};
 
 use rustc_hash::FxHashMap;
 
-use crate::error::{Result, StoreError};
 use crate::trigram_keys::{ASCII_TRIGRAMS, DistinctTrigrams, ascii_slot, gram_key};
 use lcm_regex::trigram::TrigramQuery;
+use lcm_store::error::{Result, StoreError};
 
 const MAGIC: &[u8; 8] = b"LCMTRI01";
 const FOOTER_LEN: usize = 5 * 8 + MAGIC.len();

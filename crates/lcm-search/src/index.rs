@@ -30,12 +30,12 @@ use tantivy::schema::{
 use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
-use crate::error::{Result, StoreError};
 use crate::grep::Scope;
-use crate::record::RecordView;
-use crate::store::Store;
 use crate::trigram_index::{Segment, TrigramBuilder, TrigramIndex};
 use lcm_regex::trigram::TrigramQuery;
+use lcm_store::error::{Result, StoreError};
+use lcm_store::record::RecordView;
+use lcm_store::store::Store;
 
 const WORDS_TOKENIZER: &str = "en_stem";
 /// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.
@@ -701,11 +701,11 @@ impl SearchIndex {
 mod tests {
     use super::*;
     use crate::grep::{GrepMode, GrepRequest, grep};
-    use crate::store::StoreOptions;
     use crate::trigram_index::KEEP_PAIRS;
     use lcm_core::ids::SessionId;
     use lcm_core::message::{NewMessage, Role};
     use lcm_core::tokens::{Encoding, TokenCounter};
+    use lcm_store::store::StoreOptions;
 
     #[test]
     fn indexing_goes_on_after_the_writer_finished_its_merges() {

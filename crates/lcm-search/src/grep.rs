@@ -25,14 +25,14 @@ use regex::Regex;
 use regex_automata::meta::Regex as BytesRegex;
 use serde::Serialize;
 
-use crate::error::{Result, StoreError};
 use crate::index::SearchIndex;
-use crate::message_rows::{InRow, Step};
-use crate::record::RecordView;
-use crate::store::{Store, StoreReader};
 use lcm_regex::required::Required;
 use lcm_regex::start_classes::{StartClasses, StartSearch};
 use lcm_regex::trigram;
+use lcm_store::error::{Result, StoreError};
+use lcm_store::record::RecordView;
+use lcm_store::records::{InRow, Step};
+use lcm_store::store::{Store, StoreReader};
 
 /// Longest pattern accepted.
 const MAX_PATTERN_LEN: usize = 4_096;
@@ -333,7 +333,7 @@ fn scan_parallel(
     ids: std::ops::Range<MessageId>,
     collector: &mut HitCollector<'_>,
 ) -> Result<()> {
-    let cores = crate::cores::cores() as u64;
+    let cores = lcm_core::cores::cores() as u64;
     let mut from = ids.start.0;
     // Small first: a pattern that matches often fills its page within the first few thousand
     // messages, which the calling thread scans alone, stopping at the limit. Then whole
@@ -1180,7 +1180,7 @@ mod tests {
     }
 
     fn memory_store() -> Store {
-        Store::open_in_memory(crate::store::StoreOptions::new(
+        Store::open_in_memory(lcm_store::store::StoreOptions::new(
             lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
         ))
         .unwrap()
