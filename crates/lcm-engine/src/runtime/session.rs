@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lcm_core::config::Thresholds;
 use lcm_core::ids::SessionId;
 use lcm_core::message::NewMessage;
 use lcm_store::Appended;
@@ -270,18 +271,10 @@ async fn assemble(state: &SessionState) -> Result<AssembledContext, RuntimeError
     }
 }
 
-struct Thresholds {
-    soft: u64,
-    hard: u64,
-}
-
+/// The thresholds of a model window of `budget` tokens (less the safety margin).
 fn thresholds(shared: &Shared, budget: u64) -> Thresholds {
     let budget = effective_budget(budget, shared.config.tokenizer.safety_margin);
-    let c = &shared.config.compaction;
-    Thresholds {
-        soft: (c.soft_threshold * budget as f64) as u64,
-        hard: (c.hard_threshold * budget as f64) as u64,
-    }
+    shared.config.compaction.thresholds(budget)
 }
 
 async fn context(
@@ -302,12 +295,12 @@ async fn context(
         }
     };
     let t = thresholds(&state.shared, budget);
-    if ctx.tokens <= t.soft {
+    if !t.above_soft(ctx.tokens) {
         let _ = reply.send(fitted(&state.shared, ctx, budget));
         return Ok(());
     }
     request_compaction(myself, state, budget, ctx.tokens);
-    if ctx.tokens <= t.hard {
+    if !t.above_hard(ctx.tokens) {
         let _ = reply.send(fitted(&state.shared, ctx, budget));
     } else {
         state.waiters.push(Waiter {
@@ -421,7 +414,7 @@ async fn compaction_done(
     for mut w in std::mem::take(&mut state.waiters) {
         let t = thresholds(&state.shared, w.budget);
         w.rounds += 1;
-        if ctx.tokens <= t.hard || !progressed || w.rounds >= MAX_WAIT_ROUNDS {
+        if !t.above_hard(ctx.tokens) || !progressed || w.rounds >= MAX_WAIT_ROUNDS {
             let _ = w.reply.send(fitted(&state.shared, ctx.clone(), w.budget));
         } else {
             still_waiting.push(w);
