@@ -55,6 +55,7 @@ mod session_summarizers;
 mod shared;
 mod subagent_window;
 mod supervision;
+mod worker;
 mod writer;
 
 use std::path::PathBuf;
