@@ -28,7 +28,7 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::FaultPoint;
 use super::indexer::IndexerMsg;
-use super::shared::{AskError, Shared, ask, join_blocking};
+use super::shared::{Shared, ask_service, join_blocking};
 use super::supervision::{ActorKind, Heartbeat};
 use crate::assembly::AssembledContext;
 use crate::compaction::effective_budget;
@@ -236,39 +236,12 @@ async fn append(
 /// Asks the assembler for the session's context, waiting out an assembler restart.
 async fn assemble(state: &SessionState) -> Result<AssembledContext, RuntimeError> {
     let shared = &state.shared;
-    let deadline = Instant::now() + shared.call_timeout();
-    loop {
-        let assembler = shared
-            .services
-            .assembler
-            .wait(ActorKind::Assembler, shared, deadline)
-            .await?;
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let answer = ask(&assembler, remaining, |reply| AssemblerMsg::Assemble {
-            session: state.session,
-            reply,
-        })
-        .await;
-        match answer {
-            Ok(result) => return result,
-            Err(AskError::Timeout) => {
-                return Err(RuntimeError::Timeout {
-                    kind: ActorKind::Assembler,
-                    timeout: shared.call_timeout(),
-                });
-            }
-            // The assembler died with our request: ask its successor.
-            Err(AskError::Gone) => {
-                if Instant::now() >= deadline {
-                    return Err(RuntimeError::Unavailable {
-                        kind: ActorKind::Assembler,
-                        detail: "it kept failing".into(),
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-    }
+    let session = state.session;
+    let slot = &shared.services.assembler;
+    ask_service(shared, slot, ActorKind::Assembler, |reply| {
+        AssemblerMsg::Assemble { session, reply }
+    })
+    .await?
 }
 
 /// The thresholds of a model window of `budget` tokens (less the safety margin).

@@ -20,6 +20,7 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::Faults;
 use super::indexer::IndexerMsg;
+use super::retry::{Attempt, retry_until};
 use super::session_summarizers::SessionSummarizers;
 use super::supervision::ActorKind;
 use super::writer::GroupWriter;
@@ -216,6 +217,38 @@ pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
         Ok(CallResult::SenderError) | Err(MessagingErr::SendErr(_)) => Err(AskError::Gone),
         Err(_) => Err(AskError::Gone),
     }
+}
+
+/// Asks the singleton in `slot` (a `kind` actor) the request `build` makes, within the call
+/// timeout: waits out a restart of the actor, and asks its successor again if it dies with the
+/// request (see [`super::retry`]), so `build` must make the same request every time.
+pub(crate) async fn ask_service<M: ractor::Message, T: Send + 'static>(
+    shared: &Shared,
+    slot: &Slot<M>,
+    kind: ActorKind,
+    build: impl Fn(RpcReplyPort<T>) -> M,
+) -> Result<T, RuntimeError> {
+    let deadline = Instant::now() + shared.call_timeout();
+    let build = &build;
+    retry_until(deadline, || async move {
+        let actor = match slot.wait(kind, shared, deadline).await {
+            Ok(actor) => actor,
+            Err(error) => return Attempt::Done(Err(error)),
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match ask(&actor, remaining, build).await {
+            Ok(answer) => Attempt::Done(Ok(answer)),
+            Err(AskError::Timeout) => Attempt::Done(Err(RuntimeError::Timeout {
+                kind,
+                timeout: shared.call_timeout(),
+            })),
+            Err(AskError::Gone) => Attempt::lost(RuntimeError::Unavailable {
+                kind,
+                detail: "it stopped".into(),
+            }),
+        }
+    })
+    .await
 }
 
 /// Re-raises a panic caught in a blocking task in the actor that awaited it, so that the
