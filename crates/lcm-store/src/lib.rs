@@ -24,6 +24,8 @@ mod cores;
 pub mod dag;
 pub mod data_dir;
 mod db;
+#[doc(hidden)]
+pub mod disk_faults;
 pub mod error;
 pub mod files;
 pub mod grep;

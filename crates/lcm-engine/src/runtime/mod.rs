@@ -206,6 +206,30 @@ impl Runtime {
     /// Opens the store and index and starts the actors. Must be called inside a tokio runtime
     /// (multi-threaded: store work runs on the blocking pool).
     pub async fn open(options: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        let location = options.location.clone();
+        Self::start(options, move |config| open_store(location, config)).await
+    }
+
+    /// Opens a runtime over `store`, which the caller opened (tests open one on a disk that can
+    /// be made to fail: `lcm_store::disk_faults`). The search index lives in memory;
+    /// `options.location` is not used.
+    #[doc(hidden)]
+    pub async fn open_on_store(
+        store: Store,
+        options: RuntimeOptions,
+    ) -> Result<Runtime, RuntimeError> {
+        Self::start(options, move |config| {
+            let index = SearchIndex::open_in_ram(&store, &config.search)?;
+            Ok((store, index))
+        })
+        .await
+    }
+
+    /// Starts the runtime over the store and index `open` opens (on the blocking pool).
+    async fn start(
+        options: RuntimeOptions,
+        open: impl FnOnce(&Config) -> Result<(Store, SearchIndex), RuntimeError> + Send + 'static,
+    ) -> Result<Runtime, RuntimeError> {
         options
             .config
             .validate()
@@ -238,10 +262,8 @@ impl Runtime {
                 .map_err(|e| RuntimeError::Invalid(e.to_string()))?;
         }
         let open_config = Arc::clone(&config);
-        let location = options.location;
-        let (store, index) = join_blocking(
-            tokio::task::spawn_blocking(move || open_store(location, &open_config)).await,
-        )??;
+        let (store, index) =
+            join_blocking(tokio::task::spawn_blocking(move || open(&open_config)).await)??;
         let store = Arc::new(store);
         let (writer, writer_thread) = GroupWriter::start(Arc::clone(&store))
             .map_err(|e| RuntimeError::Start(format!("writer thread: {e}")))?;

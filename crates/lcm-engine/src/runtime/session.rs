@@ -230,7 +230,7 @@ async fn append(
             let _ = indexer.cast(IndexerMsg::Dirty);
         }
     }
-    Ok(result.map_err(RuntimeError::from))
+    Ok(result)
 }
 
 /// Asks the assembler for the session's context, waiting out an assembler restart.
