@@ -74,7 +74,7 @@ fn run_compaction(
     // Work against the window less the safety margin for tokenizers that are not public.
     let budget = effective_budget(budget, app.config.tokenizer.safety_margin);
     let before = assemble(&data.store, session)?.tokens;
-    let goal = (app.config.compaction.soft_threshold * budget as f64) as u64;
+    let goal = app.config.compaction.thresholds(budget).soft;
     let bar = count_bar(app.quiet, "compacting", before.saturating_sub(goal));
     let report = runtime()?.block_on(compact(
         &data.store,

@@ -305,7 +305,45 @@ impl Default for CompactionConfig {
     }
 }
 
+/// [`CompactionConfig`]'s fractions of one budget, in tokens (from
+/// [`CompactionConfig::thresholds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// A context above this many tokens is compacted (in the background below `hard`).
+    pub soft: u64,
+    /// A context above this many tokens waits for compaction before it is sent.
+    pub hard: u64,
+    /// Where a compaction run aims (`target_fill`, never above `soft`).
+    pub target: u64,
+}
+
+impl Thresholds {
+    /// Whether a context of `tokens` is over the soft threshold (compaction is due).
+    pub fn above_soft(&self, tokens: u64) -> bool {
+        tokens > self.soft
+    }
+
+    /// Whether a context of `tokens` is over the hard threshold (it must wait for compaction).
+    pub fn above_hard(&self, tokens: u64) -> bool {
+        tokens > self.hard
+    }
+}
+
 impl CompactionConfig {
+    /// The thresholds of `budget` tokens (the window less its safety margin) in tokens.
+    ///
+    /// The one place the fractions become token counts: the session actor, the controller,
+    /// the compaction loop and the CLI all ask here, so they agree to the token on where
+    /// "above soft" starts.
+    pub fn thresholds(&self, budget: u64) -> Thresholds {
+        let of = |fraction: f64| (fraction * budget as f64) as u64;
+        Thresholds {
+            soft: of(self.soft_threshold),
+            hard: of(self.hard_threshold),
+            target: of(self.target_fill.min(self.soft_threshold)),
+        }
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |msg: String| Err(ConfigError::Invalid(msg));
         if !(0.0 < self.soft_threshold
@@ -774,6 +812,26 @@ fn check_token(what: &str, token: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thresholds_are_the_fractions_of_the_budget_rounded_down() {
+        let config = CompactionConfig {
+            soft_threshold: 0.75,
+            hard_threshold: 0.9,
+            target_fill: 0.7,
+            ..CompactionConfig::default()
+        };
+        let t = config.thresholds(1_001);
+        assert_eq!((t.soft, t.hard, t.target), (750, 900, 700));
+        assert!(!t.above_soft(750) && t.above_soft(751));
+        assert!(!t.above_hard(900) && t.above_hard(901));
+        // The target never passes the soft threshold.
+        let high_target = CompactionConfig {
+            target_fill: 0.8,
+            ..config
+        };
+        assert_eq!(high_target.thresholds(1_000).target, 750);
+    }
 
     #[test]
     fn debug_output_never_shows_a_token() {

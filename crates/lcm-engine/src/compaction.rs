@@ -146,7 +146,7 @@ pub fn effective_budget(window: u64, safety_margin: f64) -> u64 {
 
 /// Whether the context needs compaction at all (above the soft threshold).
 pub fn needs_compaction(tokens: u64, budget: u64, config: &CompactionConfig) -> bool {
-    tokens as f64 > config.soft_threshold * budget as f64
+    config.thresholds(budget).above_soft(tokens)
 }
 
 /// Runs passes until the context is under the soft threshold of `budget` (or nothing more can
@@ -257,9 +257,8 @@ async fn run(
         return Err(CompactionError::ZeroBudget);
     }
     let counter = store.counter();
-    let goal = (config.soft_threshold * budget as f64) as u64;
-    let hard = (config.hard_threshold * budget as f64) as u64;
-    let aim = (config.target_fill.min(config.soft_threshold) * budget as f64) as u64;
+    let thresholds = config.thresholds(budget);
+    let (goal, hard, aim) = (thresholds.soft, thresholds.hard, thresholds.target);
     // One assembly per pass: it both measures the context and is what the next pass plans on.
     let mut ctx = store.with(move |s| assemble(s, session)).await??;
     let tokens_before = ctx.tokens;

@@ -56,14 +56,13 @@ impl ContextController {
         if budget == 0 {
             return Err(CompactionError::ZeroBudget);
         }
-        let soft = (self.config.soft_threshold * budget as f64) as u64;
-        let hard = (self.config.hard_threshold * budget as f64) as u64;
+        let thresholds = self.config.thresholds(budget);
         let counter = self.store.counter();
         let ctx = assemble(&self.store, session)?;
-        if ctx.tokens <= soft {
+        if !thresholds.above_soft(ctx.tokens) {
             return Ok(ctx.fit(budget, 0, counter)?);
         }
-        if ctx.tokens <= hard {
+        if !thresholds.above_hard(ctx.tokens) {
             self.start(session, budget);
             return Ok(ctx.fit(budget, 0, counter)?);
         }
@@ -73,7 +72,7 @@ impl ContextController {
             self.start(session, budget);
             self.wait(session).await?;
             let ctx = assemble(&self.store, session)?;
-            if ctx.tokens <= hard {
+            if !thresholds.above_hard(ctx.tokens) {
                 return Ok(ctx.fit(budget, 0, counter)?);
             }
         }

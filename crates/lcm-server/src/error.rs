@@ -123,6 +123,11 @@ impl From<StoreError> for ApiError {
             StoreError::InvalidQuery(_) | StoreError::InvalidCursor(_) => {
                 ApiError::bad_request(message)
             }
+            // The disk or the database failed, not the request: the same request may succeed
+            // once the server is fixed.
+            StoreError::CommitFailed { .. } | StoreError::Database(_) | StoreError::Io { .. } => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_error", message)
+            }
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_error", message),
         }
     }

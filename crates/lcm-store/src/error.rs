@@ -55,6 +55,11 @@ pub enum StoreError {
         "the store {0} was not closed cleanly and needs recovery, which only a writable open performs"
     )]
     NeedsRecovery(String),
+    /// A write transaction that was accepted as valid could not be made durable (the disk is
+    /// full or failing, the store panicked): nothing of it was written, and the same request
+    /// may succeed later. A failure of the server, not of the request.
+    #[error("the commit failed, nothing was written: {detail}")]
+    CommitFailed { detail: String },
     #[error("corrupt record in table `{table}`: {detail}")]
     Corrupt { table: &'static str, detail: String },
     #[error("database error: {0}")]

@@ -25,6 +25,8 @@ pub mod dag;
 #[doc(hidden)]
 pub mod damage;
 mod db;
+#[doc(hidden)]
+pub mod disk_faults;
 pub mod error;
 pub mod files;
 pub mod import;

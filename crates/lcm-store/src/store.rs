@@ -159,7 +159,16 @@ struct Prepared {
 impl Store {
     /// Opens the store at `path`, creating it if absent.
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
-        let path = path.as_ref();
+        Self::open_with(path.as_ref(), options, |file| file)
+    }
+
+    /// As [`Self::open`], with the file as redb sees it wrapped by `wrap` (tests put a disk that
+    /// can be made to fail there: [`crate::disk_faults`]).
+    pub(crate) fn open_with<B: redb::StorageBackend>(
+        path: &Path,
+        options: StoreOptions,
+        wrap: impl FnOnce(CoalescedFile) -> B,
+    ) -> Result<Store> {
         let io_error = |source| StoreError::Io {
             path: path.display().to_string(),
             source,
@@ -171,7 +180,7 @@ impl Store {
             .truncate(false)
             .open(path)
             .map_err(io_error)?;
-        let backend = CoalescedFile::new(redb::backends::FileBackend::new(file)?);
+        let backend = wrap(CoalescedFile::new(redb::backends::FileBackend::new(file)?));
         let db = match Database::builder().create_with_backend(backend) {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {

@@ -22,6 +22,7 @@ use super::faults::{FaultPoint, Faults};
 use super::session::SessionMsg;
 use super::shared::Shared;
 use super::supervision::{ActorKind, Heartbeat, backoff};
+use super::worker::{OneShotTask, WorkerExit, spawn_worker};
 use crate::compaction::{CompactionObserver, CompactionReport, PassReport, compact_shared};
 
 /// A compaction requested by a session.
@@ -225,24 +226,21 @@ impl Actor for CompactorActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // Never the default (which stops the supervisor): a worker's end is handled here.
-        let (cell, error) = match event {
-            SupervisionEvent::ActorFailed(cell, error) => (cell, error.to_string()),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                if reason.as_deref() == Some(WORKER_DONE) {
-                    // A normal end: its `Finished` message (sent before stopping) carries the
-                    // result; supervision events may overtake it, so only free the slot here.
-                    if let Some(session) = state.workers.remove(&cell.get_id())
-                        && let Some(job) = state.jobs.get_mut(&session)
-                    {
-                        job.worker = None;
-                        job.finished = true;
-                    }
-                    start_queued(&myself, state).await;
-                    return Ok(());
+        let (cell, error) = match WorkerExit::of(event) {
+            Some(WorkerExit::Done(cell)) => {
+                // A normal end: its `Finished` message (sent before stopping) carries the
+                // result; supervision events may overtake it, so only free the slot here.
+                if let Some(session) = state.workers.remove(&cell.get_id())
+                    && let Some(job) = state.jobs.get_mut(&session)
+                {
+                    job.worker = None;
+                    job.finished = true;
                 }
-                (cell, reason.unwrap_or_else(|| "terminated".into()))
+                start_queued(&myself, state).await;
+                return Ok(());
             }
-            _ => return Ok(()),
+            Some(WorkerExit::Failed { worker, error }) => (worker, error),
+            None => return Ok(()),
         };
         let Some(session) = state.workers.remove(&cell.get_id()) else {
             return Ok(()); // A worker that already reported.
@@ -297,19 +295,17 @@ async fn start_queued(myself: &ActorRef<CompactorMsg>, state: &mut CompactorStat
         };
         job.attempts += 1;
         let heartbeat = Heartbeat::new();
-        let args = WorkerArgs {
+        let task = CompactionTask {
             shared: Arc::clone(&state.shared),
             session,
             budget: job.job.budget,
             compactor: myself.clone(),
             heartbeat: Arc::clone(&heartbeat),
         };
-        match CompactionWorker::spawn_linked(None, CompactionWorker, args, myself.get_cell()).await
-        {
-            Ok((worker, _)) => {
+        match spawn_worker(task, myself.get_cell()).await {
+            Ok(worker) => {
                 state.workers.insert(worker.get_id(), session);
                 job.worker = Some((worker.get_id(), heartbeat, worker.get_cell()));
-                let _ = worker.cast(WorkerMsg::Run);
             }
             Err(error) => {
                 if let Some(job) = state.jobs.remove(&session) {
@@ -323,12 +319,8 @@ async fn start_queued(myself: &ActorRef<CompactorMsg>, state: &mut CompactorStat
     }
 }
 
-struct CompactionWorker;
-
-/// The stop reason of a worker that finished (successfully or with an error it reported).
-const WORKER_DONE: &str = "done";
-
-struct WorkerArgs {
+/// One compaction run, in a worker of its own (see [`super::worker`]).
+struct CompactionTask {
     shared: Arc<Shared>,
     session: SessionId,
     budget: u64,
@@ -336,64 +328,47 @@ struct WorkerArgs {
     heartbeat: Arc<Heartbeat>,
 }
 
-enum WorkerMsg {
-    Run,
-}
+#[async_trait::async_trait]
+impl OneShotTask for CompactionTask {
+    type Outcome = Result<CompactionReport, String>;
 
-#[ractor::async_trait]
-impl Actor for CompactionWorker {
-    type Msg = WorkerMsg;
-    type State = WorkerArgs;
-    type Arguments = WorkerArgs;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(args)
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        WorkerMsg::Run: Self::Msg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let _busy = state.heartbeat.busy();
-        let shared = &state.shared;
+    async fn run(&mut self) -> Self::Outcome {
+        let _busy = self.heartbeat.busy();
+        let shared = &self.shared;
         // The session's own summariser when a host registered one, else the runtime's: looked
         // up once, so the whole run uses one.
-        let (inner, by_session) = shared.summarizer_for(state.session);
+        let (inner, by_session) = shared.summarizer_for(self.session);
         let summarizer = FaultySummarizer {
             inner,
             faults: Arc::clone(&shared.faults),
-            session: state.session,
+            session: self.session,
         };
         let mut observer = WorkerObserver {
             shared: Arc::clone(shared),
-            session: state.session,
+            session: self.session,
             by_session,
             model: None,
         };
         let started = Instant::now();
         let result = compact_shared(
             Arc::clone(&shared.store),
-            state.session,
-            state.budget,
+            self.session,
+            self.budget,
             &shared.config.compaction,
             &summarizer,
             &mut observer,
         )
         .await
         .map_err(|e| e.to_string());
-        tracing::debug!(session = %state.session, elapsed_ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "compaction run ended");
-        let _ = state.compactor.cast(CompactorMsg::Finished {
-            session: state.session,
+        tracing::debug!(session = %self.session, elapsed_ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "compaction run ended");
+        result
+    }
+
+    fn report(&self, result: Self::Outcome) {
+        let _ = self.compactor.cast(CompactorMsg::Finished {
+            session: self.session,
             result,
         });
-        myself.stop(Some(WORKER_DONE.into()));
-        Ok(())
     }
 }
 

@@ -28,6 +28,7 @@ use super::map_pool::{self, MapPoolMsg};
 use super::shared::{Shared, join_blocking};
 use super::subagent_window::{SessionWindow, StoredTurns};
 use super::supervision::{ActorKind, Heartbeat};
+use super::worker::{OneShotTask, WorkerExit, spawn_worker};
 use crate::agent::{AgentLimits, AgentStop, AgentTools, run_agent, turn_to_message};
 use crate::guard::{DelegationCaller, DelegationRequest, check_delegation};
 use crate::tools::{
@@ -89,8 +90,6 @@ pub(crate) struct DelegationState {
     stats: DelegationStats,
 }
 
-const WORKER_DONE: &str = "done";
-
 #[ractor::async_trait]
 impl Actor for DelegationActor {
     type Msg = DelegationMsg;
@@ -151,15 +150,9 @@ impl Actor for DelegationActor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, error) = match event {
-            SupervisionEvent::ActorFailed(cell, error) => (cell, error.to_string()),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                if reason.as_deref() == Some(WORKER_DONE) {
-                    return Ok(());
-                }
-                (cell, reason.unwrap_or_else(|| "killed".into()))
-            }
-            _ => return Ok(()),
+        let (cell, error) = match WorkerExit::of(event) {
+            Some(WorkerExit::Failed { worker, error }) => (worker, error),
+            Some(WorkerExit::Done(_)) | None => return Ok(()),
         };
         let Some(run) = state.workers.remove(&cell.get_id()) else {
             return Ok(());
@@ -175,7 +168,7 @@ impl Actor for DelegationActor {
             error: error.clone(),
         });
         if r.attempts < state.shared.config.runtime.subagent_max_attempts {
-            spawn_worker(&myself, state, run).await;
+            start_worker(&myself, state, run).await;
         } else if let Some(mut r) = state.runs.remove(&run)
             && let Some(reply) = r.reply.take()
         {
@@ -277,11 +270,11 @@ async fn start_run(
             worker: None,
         },
     );
-    spawn_worker(myself, state, run).await;
+    start_worker(myself, state, run).await;
     Ok(())
 }
 
-async fn spawn_worker(myself: &ActorRef<DelegationMsg>, state: &mut DelegationState, run: u64) {
+async fn start_worker(myself: &ActorRef<DelegationMsg>, state: &mut DelegationState, run: u64) {
     let Some(r) = state.runs.get_mut(&run) else {
         return;
     };
@@ -289,7 +282,7 @@ async fn spawn_worker(myself: &ActorRef<DelegationMsg>, state: &mut DelegationSt
         return;
     };
     r.attempts += 1;
-    let args = WorkerArgs {
+    let task = SubAgentRun {
         shared: Arc::clone(&state.shared),
         run,
         session: r.session,
@@ -298,11 +291,10 @@ async fn spawn_worker(myself: &ActorRef<DelegationMsg>, state: &mut DelegationSt
         chat: llm.chat,
         delegation: myself.clone(),
     };
-    match SubAgentWorker::spawn_linked(None, SubAgentWorker, args, myself.get_cell()).await {
-        Ok((worker, _)) => {
+    match spawn_worker(task, myself.get_cell()).await {
+        Ok(worker) => {
             r.worker = Some(worker.get_id());
             state.workers.insert(worker.get_id(), run);
-            let _ = worker.cast(WorkerMsg::Run);
         }
         Err(e) => {
             if let Some(mut r) = state.runs.remove(&run)
@@ -314,9 +306,8 @@ async fn spawn_worker(myself: &ActorRef<DelegationMsg>, state: &mut DelegationSt
     }
 }
 
-struct SubAgentWorker;
-
-struct WorkerArgs {
+/// One sub-agent's run, in a worker of its own (see [`super::worker`]).
+struct SubAgentRun {
     shared: Arc<Shared>,
     run: u64,
     session: SessionId,
@@ -326,37 +317,19 @@ struct WorkerArgs {
     delegation: ActorRef<DelegationMsg>,
 }
 
-enum WorkerMsg {
-    Run,
-}
+#[async_trait]
+impl OneShotTask for SubAgentRun {
+    type Outcome = Result<DelegateOutcome, ToolError>;
 
-#[ractor::async_trait]
-impl Actor for SubAgentWorker {
-    type Msg = WorkerMsg;
-    type State = WorkerArgs;
-    type Arguments = WorkerArgs;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(args)
+    async fn run(&mut self) -> Self::Outcome {
+        run_sub_agent(self).await
     }
 
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        WorkerMsg::Run: Self::Msg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let result = run_sub_agent(state).await;
-        let _ = state.delegation.cast(DelegationMsg::Finished {
-            run: state.run,
+    fn report(&self, result: Self::Outcome) {
+        let _ = self.delegation.cast(DelegationMsg::Finished {
+            run: self.run,
             result,
         });
-        myself.stop(Some(WORKER_DONE.into()));
-        Ok(())
     }
 }
 
@@ -364,7 +337,7 @@ const TASK_SYSTEM: &str = "You are a sub-agent with your own context. Work on th
 
 const EXPANSION_SYSTEM: &str = "You are a read-only exploration agent over a long conversation whose older parts were compacted into summaries (ids sum_N) over the original messages (ids msg_N). Use lcm_expand, lcm_describe and lcm_grep to read the original messages, then answer the question concisely, citing the ids your answer rests on.";
 
-async fn run_sub_agent(state: &WorkerArgs) -> Result<DelegateOutcome, ToolError> {
+async fn run_sub_agent(state: &SubAgentRun) -> Result<DelegateOutcome, ToolError> {
     let shared = &state.shared;
     let config = &shared.config.runtime;
     let depth = state.caller.depth + 1;

@@ -35,6 +35,7 @@ use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
 use super::shared::{Shared, join_blocking};
 use super::supervision::{ActorKind, Heartbeat, RestartHistory, backoff};
+use super::worker::{OneShotTask, WorkerExit, spawn_worker};
 use crate::operators::agentic::AgenticItemWorker;
 use crate::operators::llm_map::{ItemAttempt, ItemWorker, LlmItemWorker};
 use crate::operators::runner::{CommitStage, MapRunner, RunEnd, RunnerOptions};
@@ -113,8 +114,6 @@ pub(crate) struct MapPoolState {
     /// Answered once every run ended after a `Drain`.
     drained: Vec<RpcReplyPort<()>>,
 }
-
-const WORKER_DONE: &str = "done";
 
 #[ractor::async_trait]
 impl Actor for MapWorkerPool {
@@ -320,16 +319,13 @@ impl Actor for MapWorkerPool {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, error) = match event {
-            SupervisionEvent::ActorFailed(cell, error) => (cell, error.to_string()),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                if reason.as_deref() == Some(WORKER_DONE) {
-                    state.workers.remove(&cell.get_id());
-                    return Ok(());
-                }
-                (cell, reason.unwrap_or_else(|| "killed".into()))
+        let (cell, error) = match WorkerExit::of(event) {
+            Some(WorkerExit::Done(cell)) => {
+                state.workers.remove(&cell.get_id());
+                return Ok(());
             }
-            _ => return Ok(()),
+            Some(WorkerExit::Failed { worker, error }) => (worker, error),
+            None => return Ok(()),
         };
         let Some(job) = state.workers.remove(&cell.get_id()) else {
             return Ok(());
@@ -540,7 +536,7 @@ async fn start_job(
         waiters: Vec::new(),
     });
     entry.owner = options.owner.clone();
-    let args = JobWorkerArgs {
+    let task = JobRun {
         shared: Arc::clone(&state.shared),
         job,
         provider: llm.provider,
@@ -549,11 +545,10 @@ async fn start_job(
         cancel: entry.cancel.clone(),
         pool: myself.clone(),
     };
-    match MapJobWorker::spawn_linked(None, MapJobWorker, args, myself.get_cell()).await {
-        Ok((worker, _)) => {
+    match spawn_worker(task, myself.get_cell()).await {
+        Ok(worker) => {
             entry.worker = Some(worker.get_id());
             state.workers.insert(worker.get_id(), job);
-            let _ = worker.cast(JobWorkerMsg::Run);
         }
         Err(e) => {
             if let Some(running) = state.jobs.remove(&job) {
@@ -567,9 +562,8 @@ async fn start_job(
     }
 }
 
-struct MapJobWorker;
-
-struct JobWorkerArgs {
+/// One run of a map job, in a worker of its own (see [`super::worker`]).
+struct JobRun {
     shared: Arc<Shared>,
     job: JobId,
     provider: Arc<dyn Provider>,
@@ -579,44 +573,23 @@ struct JobWorkerArgs {
     pool: ActorRef<MapPoolMsg>,
 }
 
-enum JobWorkerMsg {
-    Run,
-}
+#[async_trait::async_trait]
+impl OneShotTask for JobRun {
+    type Outcome = JobEnd;
 
-#[ractor::async_trait]
-impl Actor for MapJobWorker {
-    type Msg = JobWorkerMsg;
-    type State = JobWorkerArgs;
-    type Arguments = JobWorkerArgs;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(args)
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        JobWorkerMsg::Run: Self::Msg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let end = match run_job(state).await {
+    async fn run(&mut self) -> JobEnd {
+        match run_job(self).await {
             Ok(end) => end,
             Err(error) => JobEnd::Failed(error),
-        };
-        let _ = state.pool.cast(MapPoolMsg::Ended {
-            job: state.job,
-            end,
-        });
-        myself.stop(Some(WORKER_DONE.into()));
-        Ok(())
+        }
+    }
+
+    fn report(&self, end: JobEnd) {
+        let _ = self.pool.cast(MapPoolMsg::Ended { job: self.job, end });
     }
 }
 
-async fn run_job(state: &JobWorkerArgs) -> Result<JobEnd, String> {
+async fn run_job(state: &JobRun) -> Result<JobEnd, String> {
     let shared = &state.shared;
     let job = state.job;
     let store = Arc::clone(&shared.store);
@@ -670,10 +643,7 @@ async fn run_job(state: &JobWorkerArgs) -> Result<JobEnd, String> {
 
 /// The worker of one item of `record`: a provider call (`llm_map`) or a sub-agent
 /// (`agentic_map`).
-async fn item_worker(
-    state: &JobWorkerArgs,
-    record: &MapJob,
-) -> Result<Arc<dyn ItemWorker>, String> {
+async fn item_worker(state: &JobRun, record: &MapJob) -> Result<Arc<dyn ItemWorker>, String> {
     match record.kind {
         MapKind::Llm => LlmItemWorker::for_job(Arc::clone(&state.provider), record)
             .map(|w| Arc::new(w) as Arc<dyn ItemWorker>)

@@ -49,12 +49,14 @@ pub mod faults;
 mod indexer;
 mod integrity;
 mod map_pool;
+mod retry;
 mod root;
 mod session;
 mod session_summarizers;
 mod shared;
 mod subagent_window;
 mod supervision;
+mod worker;
 mod writer;
 
 use std::path::PathBuf;
@@ -107,9 +109,10 @@ use crate::tools::{
     AgenticMapTool, Caller, ListDir, LlmMapTool, ReadFile, Tool, ToolError, ToolFormat,
     ToolRegistry, WriteFile,
 };
+use retry::{Attempt, retry_until};
 use root::{RootActor, RootMsg};
 use session::SessionMsg;
-use shared::{AskError, Shared, ask, join_blocking};
+use shared::{AskError, Shared, ask, ask_service, join_blocking};
 use writer::GroupWriter;
 
 /// Where the runtime keeps its data.
@@ -204,6 +207,30 @@ impl Runtime {
     /// Opens the store and index and starts the actors. Must be called inside a tokio runtime
     /// (multi-threaded: store work runs on the blocking pool).
     pub async fn open(options: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        let location = options.location.clone();
+        Self::start(options, move |config| open_store(location, config)).await
+    }
+
+    /// Opens a runtime over `store`, which the caller opened (tests open one on a disk that can
+    /// be made to fail: `lcm_store::disk_faults`). The search index lives in memory;
+    /// `options.location` is not used.
+    #[doc(hidden)]
+    pub async fn open_on_store(
+        store: Store,
+        options: RuntimeOptions,
+    ) -> Result<Runtime, RuntimeError> {
+        Self::start(options, move |config| {
+            let index = SearchIndex::open_in_ram(&store, &config.search)?;
+            Ok((store, index))
+        })
+        .await
+    }
+
+    /// Starts the runtime over the store and index `open` opens (on the blocking pool).
+    async fn start(
+        options: RuntimeOptions,
+        open: impl FnOnce(&Config) -> Result<(Store, SearchIndex), RuntimeError> + Send + 'static,
+    ) -> Result<Runtime, RuntimeError> {
         options
             .config
             .validate()
@@ -236,10 +263,8 @@ impl Runtime {
                 .map_err(|e| RuntimeError::Invalid(e.to_string()))?;
         }
         let open_config = Arc::clone(&config);
-        let location = options.location;
-        let (store, index) = join_blocking(
-            tokio::task::spawn_blocking(move || open_store(location, &open_config)).await,
-        )??;
+        let (store, index) =
+            join_blocking(tokio::task::spawn_blocking(move || open(&open_config)).await)??;
         let store = Arc::new(store);
         let (writer, writer_thread) = GroupWriter::start(Arc::clone(&store))
             .map_err(|e| RuntimeError::Start(format!("writer thread: {e}")))?;
@@ -333,47 +358,18 @@ impl Runtime {
     /// Catches the search index up with the store now; the number of messages indexed.
     pub async fn flush_index(&self) -> Result<u64, RuntimeError> {
         let shared = &self.inner.shared;
-        let deadline = Instant::now() + shared.call_timeout();
-        loop {
-            let indexer = shared
-                .services
-                .indexer
-                .wait(ActorKind::Indexer, shared, deadline)
-                .await?;
-            match ask(&indexer, shared.call_timeout(), indexer::IndexerMsg::Flush).await {
-                Ok(result) => return result,
-                Err(AskError::Timeout) => return Err(timeout(ActorKind::Indexer, shared)),
-                Err(AskError::Gone) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(5)).await
-                }
-                Err(AskError::Gone) => return Err(gone(ActorKind::Indexer)),
-            }
-        }
+        let slot = &shared.services.indexer;
+        ask_service(shared, slot, ActorKind::Indexer, indexer::IndexerMsg::Flush).await?
     }
 
     /// Runs the integrity check now (and the safe repairs if `repair`).
     pub async fn check_integrity(&self, repair: bool) -> Result<IntegrityOutcome, RuntimeError> {
         let shared = &self.inner.shared;
-        let deadline = Instant::now() + shared.call_timeout();
-        loop {
-            let actor = shared
-                .services
-                .integrity
-                .wait(ActorKind::Integrity, shared, deadline)
-                .await?;
-            let answer = ask(&actor, shared.call_timeout(), |reply| {
-                integrity::IntegrityMsg::Check { repair, reply }
-            })
-            .await;
-            match answer {
-                Ok(result) => return result,
-                Err(AskError::Timeout) => return Err(timeout(ActorKind::Integrity, shared)),
-                Err(AskError::Gone) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(5)).await
-                }
-                Err(AskError::Gone) => return Err(gone(ActorKind::Integrity)),
-            }
-        }
+        let slot = &shared.services.integrity;
+        ask_service(shared, slot, ActorKind::Integrity, |reply| {
+            integrity::IntegrityMsg::Check { repair, reply }
+        })
+        .await?
     }
 
     /// Starts an `llm_map` job (the request is validated first: schema, paths inside the
@@ -442,19 +438,14 @@ impl Runtime {
     /// delegation tree's depth and fan-out).
     pub async fn delegation_stats(&self) -> Result<DelegationStats, RuntimeError> {
         let shared = &self.inner.shared;
-        let deadline = Instant::now() + shared.call_timeout();
-        let actor = shared
-            .services
-            .delegation
-            .wait(ActorKind::Delegation, shared, deadline)
-            .await?;
-        ask(
-            &actor,
-            shared.call_timeout(),
+        let slot = &shared.services.delegation;
+        ask_service(
+            shared,
+            slot,
+            ActorKind::Delegation,
             delegation::DelegationMsg::Stats,
         )
         .await
-        .map_err(|_| gone(ActorKind::Delegation))
     }
 
     /// The supervisor's observable state (live sessions, restarts, stalls).
@@ -468,19 +459,14 @@ impl Runtime {
     /// The compactor's observable state (running, queued, finished, worker failures).
     pub async fn compactor_stats(&self) -> Result<CompactorStats, RuntimeError> {
         let shared = &self.inner.shared;
-        let deadline = Instant::now() + shared.call_timeout();
-        let compactor = shared
-            .services
-            .compactor
-            .wait(ActorKind::Compactor, shared, deadline)
-            .await?;
-        ask(
-            &compactor,
-            shared.call_timeout(),
+        let slot = &shared.services.compactor;
+        ask_service(
+            shared,
+            slot,
+            ActorKind::Compactor,
             compactor::CompactorMsg::Stats,
         )
         .await
-        .map_err(|_| gone(ActorKind::Compactor))
     }
 
     /// Stops the runtime: no new work is taken; running compactions get up to `grace` to
@@ -581,24 +567,29 @@ impl Runtime {
 
     async fn session_actor(&self, id: SessionId) -> Result<ActorRef<SessionMsg>, RuntimeError> {
         let shared = &self.inner.shared;
+        let root = &self.inner.root;
         let deadline = Instant::now() + shared.call_timeout();
-        loop {
-            self.check_open()?;
-            let answer = ask(&self.inner.root, shared.call_timeout(), |reply| {
-                RootMsg::Session { session: id, reply }
+        retry_until(deadline, || async move {
+            if let Err(error) = self.check_open() {
+                return Attempt::Done(Err(error));
+            }
+            let answer = ask(root, shared.call_timeout(), |reply| RootMsg::Session {
+                session: id,
+                reply,
             })
             .await;
             match answer {
-                Ok(Err(RuntimeError::Restarting { retry_after, .. }))
-                    if Instant::now() + retry_after < deadline =>
-                {
-                    tokio::time::sleep(retry_after).await;
-                }
-                Ok(result) => return result,
-                Err(_) if shared.is_closing() => return Err(RuntimeError::ShuttingDown),
-                Err(_) => return Err(gone(ActorKind::Runtime)),
+                // The session's actor is waiting out its restart backoff.
+                Ok(Err(error @ RuntimeError::Restarting { retry_after, .. })) => Attempt::Again {
+                    after: retry_after,
+                    error,
+                },
+                Ok(result) => Attempt::Done(result),
+                Err(_) if shared.is_closing() => Attempt::Done(Err(RuntimeError::ShuttingDown)),
+                Err(_) => Attempt::Done(Err(gone(ActorKind::Runtime))),
             }
-        }
+        })
+        .await
     }
 }
 
@@ -681,31 +672,25 @@ impl SessionHandle {
         let keep = retryable.then(|| messages.clone());
         let mut pending = Some(messages);
         let deadline = Instant::now() + self.runtime.inner.shared.call_timeout();
-        loop {
-            let batch = match pending.take() {
-                Some(b) => b,
-                None => keep.clone().unwrap_or_default(),
-            };
-            let answer = self
-                .call(|reply| SessionMsg::Append {
-                    messages: batch,
-                    reply,
-                })
-                .await;
-            match answer {
-                Ok(result) => return result,
-                Err(CallError::Refused(error)) => return Err(error),
-                Err(CallError::Timeout) => {
-                    return Err(timeout(ActorKind::Session, &self.runtime.inner.shared));
-                }
-                Err(CallError::Gone) if retryable && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                Err(CallError::Gone) => {
-                    return Err(RuntimeError::Unacknowledged { session: self.id });
+        retry_until(deadline, || {
+            // The first attempt sends the batch itself, a retry a copy (kept only if retryable).
+            let batch = pending.take().or_else(|| keep.clone()).unwrap_or_default();
+            async move {
+                let answer = self
+                    .call(|reply| SessionMsg::Append {
+                        messages: batch,
+                        reply,
+                    })
+                    .await;
+                let unacknowledged = RuntimeError::Unacknowledged { session: self.id };
+                match answer {
+                    Err(CallError::Gone) if retryable => Attempt::lost(unacknowledged),
+                    Err(CallError::Gone) => Attempt::Done(Err(unacknowledged)),
+                    other => Attempt::Done(self.answer(other)),
                 }
             }
-        }
+        })
+        .await
     }
 
     /// The context to send to a model whose window is `budget` tokens (the configured safety
@@ -713,23 +698,17 @@ impl SessionHandle {
     /// starts a background compaction and answers at once; above hard it waits for compaction.
     pub async fn context(&self, budget: u64) -> Result<AssembledContext, RuntimeError> {
         let deadline = Instant::now() + self.runtime.inner.shared.call_timeout();
-        loop {
+        retry_until(deadline, || async move {
             match self
                 .call(|reply| SessionMsg::Context { budget, reply })
                 .await
             {
-                Ok(result) => return result,
-                Err(CallError::Refused(error)) => return Err(error),
-                Err(CallError::Timeout) => {
-                    return Err(timeout(ActorKind::Session, &self.runtime.inner.shared));
-                }
                 // Reading is idempotent: ask the restarted actor.
-                Err(CallError::Gone) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                Err(CallError::Gone) => return Err(gone(ActorKind::Session)),
+                Err(CallError::Gone) => Attempt::lost(gone(ActorKind::Session)),
+                other => Attempt::Done(self.answer(other)),
             }
-        }
+        })
+        .await
     }
 
     /// Calls the tool `name` with JSON `args` as this session's main agent (the arguments are
@@ -808,6 +787,19 @@ impl SessionHandle {
             CallError::Refused(error) => error,
             _ => gone(ActorKind::Session),
         })
+    }
+
+    /// The outcome of a [`Self::call`] that is not retried: its answer, or why it failed.
+    fn answer<T>(
+        &self,
+        outcome: Result<Result<T, RuntimeError>, CallError>,
+    ) -> Result<T, RuntimeError> {
+        match outcome {
+            Ok(result) => result,
+            Err(CallError::Refused(error)) => Err(error),
+            Err(CallError::Timeout) => Err(timeout(ActorKind::Session, &self.runtime.inner.shared)),
+            Err(CallError::Gone) => Err(gone(ActorKind::Session)),
+        }
     }
 
     /// Sends one RPC to the session's actor (resolving it through the root when needed).

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lcm_core::config::Thresholds;
 use lcm_core::ids::SessionId;
 use lcm_core::message::NewMessage;
 use lcm_store::Appended;
@@ -27,7 +28,7 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::FaultPoint;
 use super::indexer::IndexerMsg;
-use super::shared::{AskError, Shared, ask, join_blocking};
+use super::shared::{Shared, ask_service, join_blocking};
 use super::supervision::{ActorKind, Heartbeat};
 use crate::assembly::AssembledContext;
 use crate::compaction::effective_budget;
@@ -229,59 +230,24 @@ async fn append(
             let _ = indexer.cast(IndexerMsg::Dirty);
         }
     }
-    Ok(result.map_err(RuntimeError::from))
+    Ok(result)
 }
 
 /// Asks the assembler for the session's context, waiting out an assembler restart.
 async fn assemble(state: &SessionState) -> Result<AssembledContext, RuntimeError> {
     let shared = &state.shared;
-    let deadline = Instant::now() + shared.call_timeout();
-    loop {
-        let assembler = shared
-            .services
-            .assembler
-            .wait(ActorKind::Assembler, shared, deadline)
-            .await?;
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let answer = ask(&assembler, remaining, |reply| AssemblerMsg::Assemble {
-            session: state.session,
-            reply,
-        })
-        .await;
-        match answer {
-            Ok(result) => return result,
-            Err(AskError::Timeout) => {
-                return Err(RuntimeError::Timeout {
-                    kind: ActorKind::Assembler,
-                    timeout: shared.call_timeout(),
-                });
-            }
-            // The assembler died with our request: ask its successor.
-            Err(AskError::Gone) => {
-                if Instant::now() >= deadline {
-                    return Err(RuntimeError::Unavailable {
-                        kind: ActorKind::Assembler,
-                        detail: "it kept failing".into(),
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-    }
+    let session = state.session;
+    let slot = &shared.services.assembler;
+    ask_service(shared, slot, ActorKind::Assembler, |reply| {
+        AssemblerMsg::Assemble { session, reply }
+    })
+    .await?
 }
 
-struct Thresholds {
-    soft: u64,
-    hard: u64,
-}
-
+/// The thresholds of a model window of `budget` tokens (less the safety margin).
 fn thresholds(shared: &Shared, budget: u64) -> Thresholds {
     let budget = effective_budget(budget, shared.config.tokenizer.safety_margin);
-    let c = &shared.config.compaction;
-    Thresholds {
-        soft: (c.soft_threshold * budget as f64) as u64,
-        hard: (c.hard_threshold * budget as f64) as u64,
-    }
+    shared.config.compaction.thresholds(budget)
 }
 
 async fn context(
@@ -302,12 +268,12 @@ async fn context(
         }
     };
     let t = thresholds(&state.shared, budget);
-    if ctx.tokens <= t.soft {
+    if !t.above_soft(ctx.tokens) {
         let _ = reply.send(fitted(&state.shared, ctx, budget));
         return Ok(());
     }
     request_compaction(myself, state, budget, ctx.tokens);
-    if ctx.tokens <= t.hard {
+    if !t.above_hard(ctx.tokens) {
         let _ = reply.send(fitted(&state.shared, ctx, budget));
     } else {
         state.waiters.push(Waiter {
@@ -421,7 +387,7 @@ async fn compaction_done(
     for mut w in std::mem::take(&mut state.waiters) {
         let t = thresholds(&state.shared, w.budget);
         w.rounds += 1;
-        if ctx.tokens <= t.hard || !progressed || w.rounds >= MAX_WAIT_ROUNDS {
+        if !t.above_hard(ctx.tokens) || !progressed || w.rounds >= MAX_WAIT_ROUNDS {
             let _ = w.reply.send(fitted(&state.shared, ctx.clone(), w.budget));
         } else {
             still_waiting.push(w);

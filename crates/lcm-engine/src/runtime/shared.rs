@@ -3,8 +3,7 @@
 //! plan, and the current references of the singleton actors (replaced by the root supervisor
 //! whenever it restarts one).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lcm_core::config::Config;
@@ -14,7 +13,7 @@ use lcm_llm::summarize::Summarizer;
 use lcm_search::SearchIndex;
 use lcm_store::Store;
 use ractor::{ActorRef, MessagingErr, RpcReplyPort, rpc::CallResult};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use super::assembler::AssemblerMsg;
 use super::compactor::CompactorMsg;
@@ -22,6 +21,7 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::Faults;
 use super::indexer::IndexerMsg;
+use super::retry::{Attempt, retry_until};
 use super::session_summarizers::SessionSummarizers;
 use super::supervision::ActorKind;
 use super::writer::GroupWriter;
@@ -43,7 +43,8 @@ pub(crate) struct Shared {
     pub(crate) faults: Arc<Faults>,
     pub(crate) writer: GroupWriter,
     pub(crate) services: Services,
-    closing: AtomicBool,
+    /// Whether the runtime is shutting down (a watch, so that waiters on a slot wake at once).
+    closing: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -69,7 +70,7 @@ impl Shared {
             faults: Arc::new(Faults::default()),
             writer,
             services: Services::default(),
-            closing: AtomicBool::new(false),
+            closing: watch::Sender::new(false),
         }
     }
 
@@ -93,11 +94,11 @@ impl Shared {
     }
 
     pub(crate) fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
+        *self.closing.borrow()
     }
 
     pub(crate) fn set_closing(&self) {
-        self.closing.store(true, Ordering::Release);
+        self.closing.send_replace(true);
     }
 }
 
@@ -112,22 +113,28 @@ pub(crate) struct Services {
     pub(crate) delegation: Slot<super::delegation::DelegationMsg>,
 }
 
-/// One singleton's current reference.
-pub(crate) struct Slot<M: ractor::Message>(RwLock<Option<ActorRef<M>>>);
+/// One singleton's current reference, `None` while it is being restarted.
+///
+/// A watch channel rather than a lock: a caller that finds the slot empty (or still holding an
+/// actor it saw stop) subscribes and sleeps until the supervisor puts the successor in, the
+/// runtime starts closing, or its deadline passes. It wakes the moment the slot changes, and
+/// costs nothing while it waits (no polling).
+pub(crate) struct Slot<M: ractor::Message>(watch::Sender<Option<ActorRef<M>>>);
 
 impl<M: ractor::Message> Default for Slot<M> {
     fn default() -> Self {
-        Slot(RwLock::new(None))
+        Slot(watch::Sender::new(None))
     }
 }
 
 impl<M: ractor::Message> Slot<M> {
+    /// Puts `actor` in the slot (`None`: it is being restarted) and wakes every waiter.
     pub(crate) fn set(&self, actor: Option<ActorRef<M>>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = actor;
+        self.0.send_replace(actor);
     }
 
     pub(crate) fn get(&self) -> Option<ActorRef<M>> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.borrow().clone()
     }
 
     /// The current reference, waiting (up to `deadline`) while the actor is being restarted.
@@ -137,7 +144,7 @@ impl<M: ractor::Message> Slot<M> {
         shared: &Shared,
         deadline: Instant,
     ) -> Result<ActorRef<M>, RuntimeError> {
-        self.wait_for(kind, shared, deadline, None).await
+        self.wait_for(kind, &shared.closing, deadline, None).await
     }
 
     /// As [`Self::wait`], for the successor of `stopped`, an actor seen to stop: until its
@@ -149,23 +156,28 @@ impl<M: ractor::Message> Slot<M> {
         deadline: Instant,
         stopped: ractor::ActorId,
     ) -> Result<ActorRef<M>, RuntimeError> {
-        self.wait_for(kind, shared, deadline, Some(stopped)).await
+        self.wait_for(kind, &shared.closing, deadline, Some(stopped))
+            .await
     }
 
     async fn wait_for(
         &self,
         kind: ActorKind,
-        shared: &Shared,
+        closing: &watch::Sender<bool>,
         deadline: Instant,
         stopped: Option<ractor::ActorId>,
     ) -> Result<ActorRef<M>, RuntimeError> {
+        // Subscribed before the first look, so no change between the look and the wait is missed.
+        let mut slot = self.0.subscribe();
+        let mut closing = closing.subscribe();
         loop {
-            if let Some(actor) = self.get()
+            let current = slot.borrow_and_update().clone();
+            if let Some(actor) = current
                 && Some(actor.get_id()) != stopped
             {
                 return Ok(actor);
             }
-            if shared.is_closing() {
+            if *closing.borrow_and_update() {
                 return Err(RuntimeError::ShuttingDown);
             }
             if Instant::now() >= deadline {
@@ -174,7 +186,13 @@ impl<M: ractor::Message> Slot<M> {
                     detail: "it is being restarted and did not come back in time".into(),
                 });
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            // Neither sender can be dropped while `self` and `shared` are borrowed, so a
+            // `changed` error cannot happen; either way the loop looks again.
+            tokio::select! {
+                _ = slot.changed() => {}
+                _ = closing.changed() => {}
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+            }
         }
     }
 }
@@ -202,6 +220,38 @@ pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
     }
 }
 
+/// Asks the singleton in `slot` (a `kind` actor) the request `build` makes, within the call
+/// timeout: waits out a restart of the actor, and asks its successor again if it dies with the
+/// request (see [`super::retry`]), so `build` must make the same request every time.
+pub(crate) async fn ask_service<M: ractor::Message, T: Send + 'static>(
+    shared: &Shared,
+    slot: &Slot<M>,
+    kind: ActorKind,
+    build: impl Fn(RpcReplyPort<T>) -> M,
+) -> Result<T, RuntimeError> {
+    let deadline = Instant::now() + shared.call_timeout();
+    let build = &build;
+    retry_until(deadline, || async move {
+        let actor = match slot.wait(kind, shared, deadline).await {
+            Ok(actor) => actor,
+            Err(error) => return Attempt::Done(Err(error)),
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match ask(&actor, remaining, build).await {
+            Ok(answer) => Attempt::Done(Ok(answer)),
+            Err(AskError::Timeout) => Attempt::Done(Err(RuntimeError::Timeout {
+                kind,
+                timeout: shared.call_timeout(),
+            })),
+            Err(AskError::Gone) => Attempt::lost(RuntimeError::Unavailable {
+                kind,
+                detail: "it stopped".into(),
+            }),
+        }
+    })
+    .await
+}
+
 /// Re-raises a panic caught in a blocking task in the actor that awaited it, so that the
 /// supervisor sees the actor fail.
 pub(crate) fn join_blocking<T>(
@@ -214,5 +264,120 @@ pub(crate) fn join_blocking<T>(
             // Cancelled only when the tokio runtime shuts down under us.
             Err(_) => Err(RuntimeError::ShuttingDown),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ractor::{Actor, ActorProcessingErr};
+
+    struct Idle;
+
+    #[ractor::async_trait]
+    impl Actor for Idle {
+        type Msg = ();
+        type State = ();
+        type Arguments = ();
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<()>,
+            _args: (),
+        ) -> Result<(), ActorProcessingErr> {
+            Ok(())
+        }
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    #[tokio::test]
+    async fn a_waiter_wakes_when_the_successor_is_put_in_the_slot() {
+        let slot = Arc::new(Slot::<()>::default());
+        let closing = Arc::new(watch::Sender::new(false));
+        let waiter = {
+            let (slot, closing) = (Arc::clone(&slot), Arc::clone(&closing));
+            tokio::spawn(async move {
+                slot.wait_for(ActorKind::Indexer, &closing, far(), None)
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "the slot is empty: the waiter waits");
+        let (actor, handle) = Actor::spawn(None, Idle, ()).await.unwrap();
+        let set_at = Instant::now();
+        slot.set(Some(actor.clone()));
+        let found = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken by the change, long before its deadline")
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.get_id(), actor.get_id());
+        assert!(set_at.elapsed() < Duration::from_secs(1));
+        actor.stop(None);
+        handle.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_waiter_for_a_successor_ignores_the_actor_that_stopped() {
+        let slot = Arc::new(Slot::<()>::default());
+        let closing = Arc::new(watch::Sender::new(false));
+        let (old, old_handle) = Actor::spawn(None, Idle, ()).await.unwrap();
+        slot.set(Some(old.clone()));
+        let waiter = {
+            let (slot, closing) = (Arc::clone(&slot), Arc::clone(&closing));
+            let stopped = old.get_id();
+            tokio::spawn(async move {
+                slot.wait_for(ActorKind::MapWorkerPool, &closing, far(), Some(stopped))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !waiter.is_finished(),
+            "the slot still holds the stopped actor"
+        );
+        let (new, new_handle) = Actor::spawn(None, Idle, ()).await.unwrap();
+        slot.set(Some(new.clone()));
+        let found = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.get_id(), new.get_id());
+        for (actor, handle) in [(old, old_handle), (new, new_handle)] {
+            actor.stop(None);
+            handle.await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_waiter_wakes_when_the_runtime_starts_closing_and_gives_up_at_its_deadline() {
+        let slot = Arc::new(Slot::<()>::default());
+        let closing = Arc::new(watch::Sender::new(false));
+        let waiter = {
+            let (slot, closing) = (Arc::clone(&slot), Arc::clone(&closing));
+            tokio::spawn(async move {
+                slot.wait_for(ActorKind::Compactor, &closing, far(), None)
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        closing.send_replace(true);
+        let answer = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(answer, Err(RuntimeError::ShuttingDown)));
+
+        let open = watch::Sender::new(false);
+        let deadline = Instant::now() + Duration::from_millis(30);
+        let answer = slot
+            .wait_for(ActorKind::Compactor, &open, deadline, None)
+            .await;
+        assert!(matches!(answer, Err(RuntimeError::Unavailable { .. })));
+        assert!(Instant::now() >= deadline);
     }
 }

@@ -7,14 +7,19 @@
 //! transaction ([`Store::commit_prepared`]) and answers each caller. A lone append pays one
 //! channel hop over a direct commit; under load, one fsync serves many appends.
 //!
-//! A batch that fails (a session that does not exist) fails alone: the group is retried batch
-//! by batch, so one caller's bad input never fails another's append.
+//! A batch that fails (a session that does not exist) fails alone: sessions are checked before
+//! the group's transaction, so one caller's bad input never fails another's append. A
+//! transaction that fails for every batch (a full or failing disk) is the store's failure, not
+//! the callers': each gets [`StoreError::CommitFailed`], never an invalid-input error.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use lcm_store::{Appended, PreparedAppend, Store, StoreError};
 use tokio::sync::oneshot;
+
+use super::error::RuntimeError;
+use super::supervision::ActorKind;
 
 /// Most prepared batches committed in one transaction.
 const MAX_GROUP: usize = 512;
@@ -49,16 +54,21 @@ impl GroupWriter {
         ))
     }
 
-    /// Commits `batch` (durably) with whatever else is waiting.
-    pub(crate) async fn commit(&self, batch: PreparedAppend) -> Result<Vec<Appended>, StoreError> {
+    /// Commits `batch` (durably) with whatever else is waiting. A closed writer refuses with
+    /// [`RuntimeError::ShuttingDown`]; a writer thread that died, with
+    /// [`RuntimeError::Unavailable`].
+    pub(crate) async fn commit(
+        &self,
+        batch: PreparedAppend,
+    ) -> Result<Vec<Appended>, RuntimeError> {
         let (reply, answer) = oneshot::channel();
         {
             let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-            let tx = tx.as_ref().ok_or_else(writer_gone)?;
+            let tx = tx.as_ref().ok_or(RuntimeError::ShuttingDown)?;
             tx.send(Request { batch, reply })
-                .map_err(|_| writer_gone())?;
+                .map_err(|_| writer_died())?;
         }
-        answer.await.map_err(|_| writer_gone())?
+        Ok(answer.await.map_err(|_| writer_died())??)
     }
 
     /// Takes no more requests; the thread ends after committing what it has.
@@ -67,10 +77,12 @@ impl GroupWriter {
     }
 }
 
-fn writer_gone() -> StoreError {
-    StoreError::InvalidMessage(
-        "the runtime's writer has stopped (the runtime is shutting down)".into(),
-    )
+/// The writer thread ended while the runtime was open (a panic outside a commit).
+fn writer_died() -> RuntimeError {
+    RuntimeError::Unavailable {
+        kind: ActorKind::Runtime,
+        detail: "its group-commit writer thread stopped".into(),
+    }
 }
 
 fn run(store: &Store, rx: &mpsc::Receiver<Request>) {
@@ -98,19 +110,14 @@ fn commit_group(store: &Store, group: Vec<Request>) {
     }
     // Check sessions up front, so that a batch for a missing session fails alone instead of
     // failing the whole group's transaction.
-    let (ok, bad): (Vec<Request>, Vec<Request>) = group
-        .into_iter()
-        .partition(|r| sessions_exist(store, &r.batch));
-    for r in bad {
-        let missing = r
-            .batch
-            .sessions()
-            .into_iter()
-            .find(|s| store.session(*s).is_err());
-        let _ = r.reply.send(Err(match missing {
-            Some(s) => StoreError::SessionNotFound(s),
-            None => writer_gone(),
-        }));
+    let mut ok = Vec::with_capacity(group.len());
+    for r in group {
+        match session_error(store, &r.batch) {
+            None => ok.push(r),
+            Some(error) => {
+                let _ = r.reply.send(Err(error));
+            }
+        }
     }
     if ok.is_empty() {
         return;
@@ -125,29 +132,117 @@ fn commit_group(store: &Store, group: Vec<Request>) {
         }
         Err(error) => {
             // The batches were consumed by the failed transaction (nothing was written): every
-            // caller gets the error and may retry.
-            let message = error.to_string();
+            // caller gets the store's failure (an error is not `Clone`: its text) and may retry.
+            let detail = format!(
+                "the group commit of {} batches failed: {error}",
+                replies.len()
+            );
             for reply in replies {
-                let _ = reply.send(Err(StoreError::InvalidMessage(format!(
-                    "group commit failed, nothing written: {message}"
-                ))));
+                let _ = reply.send(Err(StoreError::CommitFailed {
+                    detail: detail.clone(),
+                }));
             }
         }
     }
 }
 
-fn sessions_exist(store: &Store, batch: &PreparedAppend) -> bool {
+/// Why `batch` cannot be committed before any transaction opens: a session it appends to is
+/// missing (or cannot be read).
+fn session_error(store: &Store, batch: &PreparedAppend) -> Option<StoreError> {
     batch
         .sessions()
         .into_iter()
-        .all(|s| store.session(s).is_ok())
+        .find_map(|s| store.session(s).err())
 }
 
 /// Runs a store call; a panic inside it becomes an error instead of killing the writer thread.
 fn guarded<T>(f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        Err(StoreError::InvalidMessage(
-            "the store panicked during a commit; nothing was written".into(),
-        ))
+        Err(StoreError::CommitFailed {
+            detail: "the store panicked during the commit".into(),
+        })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lcm_core::ids::SessionId;
+    use lcm_core::message::{NewMessage, Role};
+    use lcm_core::tokens::{Encoding, TokenCounter};
+    use lcm_store::StoreOptions;
+    use lcm_store::disk_faults::DiskSwitch;
+
+    type Answer = oneshot::Receiver<Result<Vec<Appended>, StoreError>>;
+
+    fn request(store: &Store, session: SessionId, text: &str) -> (Request, Answer) {
+        let batch = store
+            .prepare_append(vec![(session, NewMessage::text(Role::User, text))])
+            .unwrap();
+        let (reply, answer) = oneshot::channel();
+        (Request { batch, reply }, answer)
+    }
+
+    fn options() -> StoreOptions {
+        StoreOptions::new(TokenCounter::new(Encoding::O200kBase))
+    }
+
+    #[test]
+    fn a_group_commit_on_a_full_disk_fails_every_batch_as_a_storage_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lcm.redb");
+        let disk = DiskSwitch::default();
+        let store = Store::open_on_faulty_disk(&path, options(), disk.clone()).unwrap();
+        let sessions = [
+            store.create_session("a", None).unwrap(),
+            store.create_session("b", None).unwrap(),
+        ];
+        let (group, answers): (Vec<Request>, Vec<Answer>) = sessions
+            .iter()
+            .map(|s| request(&store, *s, "acknowledged"))
+            .unzip();
+        commit_group(&store, group);
+        for mut answer in answers {
+            assert!(answer.try_recv().unwrap().is_ok());
+        }
+
+        disk.fill();
+        let (group, answers): (Vec<Request>, Vec<Answer>) = sessions
+            .iter()
+            .map(|s| request(&store, *s, "refused by the disk"))
+            .unzip();
+        commit_group(&store, group);
+        for mut answer in answers {
+            match answer.try_recv().unwrap() {
+                Err(StoreError::CommitFailed { detail }) => {
+                    assert!(detail.contains("group commit"), "{detail}")
+                }
+                other => panic!("expected CommitFailed, got {other:?}"),
+            }
+        }
+        drop(store);
+
+        // What was acknowledged before the disk filled is all there.
+        let store = Store::open(&path, options()).unwrap();
+        for session in sessions {
+            let messages = store.session_messages(session, 0..10).unwrap();
+            assert_eq!(messages.len(), 1);
+            assert!(messages[0].search_text().contains("acknowledged"));
+        }
+    }
+
+    #[test]
+    fn a_batch_for_a_missing_session_fails_alone_with_its_own_error() {
+        let store = Store::open_in_memory(options()).unwrap();
+        let kept = store.create_session("kept", None).unwrap();
+        let (good, mut good_answer) = request(&store, kept, "stored");
+        let missing = SessionId(kept.0 + 1_000);
+        let (bad, mut bad_answer) = request(&store, missing, "not stored");
+        commit_group(&store, vec![good, bad]);
+        assert!(good_answer.try_recv().unwrap().is_ok());
+        assert!(matches!(
+            bad_answer.try_recv().unwrap(),
+            Err(StoreError::SessionNotFound(s)) if s == missing
+        ));
+    }
 }

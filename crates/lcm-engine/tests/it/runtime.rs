@@ -444,3 +444,59 @@ async fn a_sessions_own_summariser_is_used_until_it_idles_out() {
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
     assert_eq!(Arc::strong_count(&held), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_disk_fails_appends_as_storage_errors_and_loses_nothing_acknowledged() {
+    use lcm_store::disk_faults::DiskSwitch;
+    use lcm_store::{Store, StoreError, StoreOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lcm.redb");
+    let options = || StoreOptions::new(TokenCounter::new(Encoding::O200kBase));
+    let disk = DiskSwitch::default();
+    let store = Store::open_on_faulty_disk(&path, options(), disk.clone()).unwrap();
+    let runtime = Runtime::open_on_store(store, RuntimeOptions::in_memory(small_config()))
+        .await
+        .expect("runtime opens");
+    let keys: Vec<String> = (0..8).map(|s| format!("writer-{s}")).collect();
+    let mut sessions = Vec::new();
+    for key in &keys {
+        sessions.push(runtime.session(key).await.unwrap());
+    }
+    for (s, session) in sessions.iter().enumerate() {
+        session.append(message(s)).await.expect("acknowledged");
+    }
+
+    // Every session appends at once, so the writer groups several batches in one commit.
+    disk.fill();
+    let appends: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(s, key)| {
+            let (runtime, key) = (runtime.clone(), key.clone());
+            tokio::spawn(async move { runtime.session(&key).await?.append(message(100 + s)).await })
+        })
+        .collect();
+    for append in appends {
+        match append.await.unwrap() {
+            Err(RuntimeError::Store(StoreError::CommitFailed { .. }))
+            | Err(RuntimeError::Store(StoreError::Database(_))) => {}
+            other => panic!("a full disk is a storage failure, got {other:?}"),
+        }
+    }
+    runtime.shutdown(Duration::from_secs(5)).await.unwrap();
+    drop(sessions);
+    drop(runtime);
+
+    let store = Store::open(&path, options()).unwrap();
+    for (s, key) in keys.iter().enumerate() {
+        let session = store.session_id_for_key(key).unwrap().expect("the session");
+        let messages = store.session_messages(session, 0..10).unwrap();
+        assert_eq!(
+            messages.len(),
+            1,
+            "{key}: the acknowledged append, and only it"
+        );
+        assert!(messages[0].search_text().contains(&format!("turn {s}: ")));
+    }
+}

@@ -99,14 +99,27 @@ pub fn client() -> reqwest::Client {
 /// Starts a daemon from `setup` over the data directory `tmp/data`.
 pub async fn start(setup: Setup, tmp: tempfile::TempDir, root: PathBuf) -> TestServer {
     let data = tmp.path().join("data");
-    let mut options = RuntimeOptions::dir(&data, setup.config);
-    if let Some(llm) = setup.llm {
+    let mut options = RuntimeOptions::dir(&data, setup.config.clone());
+    if let Some(llm) = setup.llm.clone() {
         options = options.with_llm(llm);
     }
-    for tool in setup.tools {
-        options = options.with_tool(tool);
+    for tool in &setup.tools {
+        options = options.with_tool(Arc::clone(tool));
     }
     let runtime = Runtime::open(options).await.expect("runtime");
+    serve(runtime, setup, tmp, root).await
+}
+
+/// Starts a daemon from `setup` over `runtime`, opened by the caller (its configuration, model
+/// and tools are the runtime's), keeping its token in `tmp/data`.
+pub async fn serve(
+    runtime: Runtime,
+    setup: Setup,
+    tmp: tempfile::TempDir,
+    root: PathBuf,
+) -> TestServer {
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).expect("data directory");
     let server = Server::bind(
         runtime.clone(),
         ServerOptions {
