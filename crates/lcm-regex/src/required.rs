@@ -13,7 +13,7 @@
 //!   those alone are looked at first (a table lookup each), and only around one in the class
 //!   is the run measured, as the Boyer-Moore searches skip.
 //!
-//! Where a match's length is bounded (`[0-9a-f]{40}`: 40 bytes; up to [`MAX_WINDOW`]), a match
+//! Where a match's length is bounded (`[0-9a-f]{40}`: 40 bytes; up to `MAX_WINDOW`), a match
 //! lies within that many bytes of a place it requires, so only the stretches around those
 //! places are searched ([`Required::earliest_end`]): in a pack row of records, whose other
 //! fields (tool call ids) may hold such a place, the rest of the row is still passed over.
@@ -135,7 +135,7 @@ impl Required {
     /// around the places every match requires, nearest first.
     ///
     /// Why that is exact: a match holds such a place, so it lies in the stretch around it
-    /// ([`Place`]). If the stretch around the first place holds a match, every match ending no
+    /// (`Place`). If the stretch around the first place holds a match, every match ending no
     /// later holds a place too, none before the first, so it lies in that stretch and the
     /// earliest end found there is the earliest of all. If the stretch holds none, no match
     /// holds that place, and the next one is tried. Where places are dense, one plain search

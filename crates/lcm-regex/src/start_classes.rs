@@ -136,8 +136,8 @@ impl StartClasses {
 /// Searches for the earliest end of a match, narrowed by a pattern's [`StartClasses`] while
 /// that pays. One per scanning thread: it learns from the texts it searches. Where candidates
 /// are dense (a text in capitals), trying each costs more than the plain search, so the
-/// prefilter is used in turns: on for [`PROBE_BYTES`] of text, then, if the candidates of those
-/// bytes were dense, off for [`OFF_BYTES`]; and within one text it hands over to the plain
+/// prefilter is used in turns: on for `PROBE_BYTES` of text, then, if the candidates of those
+/// bytes were dense, off for `OFF_BYTES`; and within one text it hands over to the plain
 /// search as soon as the candidates it met are dense. Before any of that, what every match
 /// requires ([`Required`]) passes over texts that cannot hold a match, or, for a pattern of
 /// bounded length, narrows the search to the stretches around what it requires.

@@ -25,7 +25,7 @@
 //!
 //! Every reader of a message record goes through [`RecordView`]; every writer through
 //! [`encode`]. Records of the previous layout (bincode of the whole message, store schema 5
-//! and older) are rewritten by [`crate::record_migration`] when such a store is opened
+//! and older) are rewritten by `record_migration` when such a store is opened
 //! writable.
 
 use std::ops::Range;
@@ -37,7 +37,7 @@ use lcm_core::time::Timestamp;
 use crate::error::{Result, StoreError};
 
 /// The layout version this build writes and reads (the record's first byte). Version 1 was the
-/// bincode encoding of the whole message (see [`crate::record_migration`]).
+/// bincode encoding of the whole message (rewritten by `record_migration`).
 pub const RECORD_VERSION: u8 = 2;
 
 const SESSION: usize = 1;
@@ -472,7 +472,7 @@ impl<'a> RecordView<'a> {
 
     /// Checks what [`Self::read`] leaves to later reads: the text is UTF-8, the descriptors
     /// decode, and their spans lay out the text exactly as
-    /// [`write_search_text`](lcm_core::message::write_search_text) does (in order, joined by
+    /// [`write_search_text`] does (in order, joined by
     /// the separators, covering all of it), so that [`Self::parts`] cannot fail and the text
     /// is the searchable text of the parts. Allocates only the list of descriptors.
     pub fn validate(&self) -> Result<()> {

@@ -827,7 +827,7 @@ impl StoreReader {
     }
 
     /// The stored bytes of the messages `ids` that exist, in the order given (grep reads them
-    /// through [`crate::view`]); the bytes live as long as one call of `visit`. Ascending ids
+    /// through [`crate::record::RecordView`]); the bytes live as long as one call of `visit`. Ascending ids
     /// read each row once.
     pub fn records_of(
         &self,
