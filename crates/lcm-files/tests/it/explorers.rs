@@ -1096,7 +1096,7 @@ fn real_rust_and_python_sources_give_their_top_level_definitions() {
     let store = repo.join("crates/lcm-store/src/store.rs");
     let text = std::fs::read(&store).unwrap();
     let e = run(store.to_str(), &text, 800);
-    for name in ["MessageRecord", "StoreOptions", "Store"] {
+    for name in ["SessionRecord", "StoreOptions", "Store"] {
         assert!(
             e.summary.contains(name),
             "store.rs: {name} missing in\n{}",
