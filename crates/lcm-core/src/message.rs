@@ -130,7 +130,7 @@ impl Part {
             SearchFields::None => None,
             SearchFields::One(text) => Some(Cow::Borrowed(text)),
             SearchFields::Call { name, arguments } => {
-                Some(Cow::Owned(format!("{name}{CALL_SEPARATOR}{arguments}")))
+                Some(Cow::Owned([name, CALL_SEPARATOR, arguments].concat()))
             }
         }
     }
@@ -148,13 +148,9 @@ pub enum SearchFields<'a> {
 }
 
 /// Joins the texts of a message's parts in its searchable text.
-pub const PART_SEPARATOR: char = '\n';
+pub const PART_SEPARATOR: &str = "\n";
 /// Joins a tool call's name and arguments in its searchable text.
-pub const CALL_SEPARATOR: char = ' ';
-
-/// [`PART_SEPARATOR`] and [`CALL_SEPARATOR`] as text.
-const SEPARATOR_BYTES: [&str; 2] = ["\n", " "];
-const _: () = assert!(PART_SEPARATOR == '\n' && CALL_SEPARATOR == ' ');
+pub const CALL_SEPARATOR: &str = " ";
 
 /// Where [`write_search_text`] writes: a `String`, or the bytes of a record being encoded.
 pub trait TextSink {
@@ -211,31 +207,27 @@ pub fn write_search_text<S: TextSink>(
 ) {
     let mut any = false;
     for part in parts {
-        let spans = match part.search_fields() {
-            SearchFields::None => FieldSpans::None,
-            SearchFields::One(text) => {
-                if any {
-                    out.push_text(SEPARATOR_BYTES[0]);
-                }
-                any = true;
-                let from = out.len();
-                out.push_text(text);
-                FieldSpans::One(from..out.len())
+        let fields = part.search_fields();
+        if !matches!(fields, SearchFields::None) {
+            if any {
+                out.push_text(PART_SEPARATOR);
             }
+            any = true;
+        }
+        let field = |out: &mut S, text: &str| {
+            let from = out.len();
+            out.push_text(text);
+            from..out.len()
+        };
+        let spans = match fields {
+            SearchFields::None => FieldSpans::None,
+            SearchFields::One(text) => FieldSpans::One(field(out, text)),
             SearchFields::Call { name, arguments } => {
-                if any {
-                    out.push_text(SEPARATOR_BYTES[0]);
-                }
-                any = true;
-                let from = out.len();
-                out.push_text(name);
-                let name = from..out.len();
-                out.push_text(SEPARATOR_BYTES[1]);
-                let from = out.len();
-                out.push_text(arguments);
+                let name = field(out, name);
+                out.push_text(CALL_SEPARATOR);
                 FieldSpans::Call {
                     name,
-                    arguments: from..out.len(),
+                    arguments: field(out, arguments),
                 }
             }
         };

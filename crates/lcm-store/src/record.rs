@@ -12,7 +12,7 @@
 //!     31     1  flags                 bit 0: the host gave an original (kept in `originals`)
 //!     32     4  searchable text length u32 LE
 //!     36     n  the searchable text, UTF-8 (lcm_core::message::write_search_text)
-//!   36+n     …  the part descriptors and the source key (bincode, see RecordTail)
+//!   36+n     …  the source key and the part descriptors (bincode, see RecordTail)
 //! ```
 //!
 //! The header has fixed offsets, so a scan reads a message's scope (session, role, time) and
@@ -121,8 +121,9 @@ enum PartDescriptor<'a> {
 /// What follows the searchable text.
 #[derive(Debug, bincode::Encode, bincode::BorrowDecode)]
 struct RecordTail<'a> {
-    parts: Vec<PartDescriptor<'a>>,
+    /// First, so that [`RecordView::source_key`] reads it without the descriptors.
     source_key: Option<&'a str>,
+    parts: Vec<PartDescriptor<'a>>,
 }
 
 const BINCODE: bincode::config::Configuration = bincode::config::standard();
@@ -145,7 +146,7 @@ pub struct RecordFields<'a> {
 /// searchable text passes 4 GiB, which no store can hold.
 pub fn encode(fields: &RecordFields<'_>, out: &mut Vec<u8>) -> Result<()> {
     out.clear();
-    out.reserve(HEADER_LEN + 16 + fields.parts.iter().map(text_len_hint).sum::<usize>());
+    out.reserve(HEADER_LEN + fields.parts.iter().map(encoded_len_hint).sum::<usize>());
     out.push(RECORD_VERSION);
     out.extend_from_slice(&fields.session.0.to_le_bytes());
     out.extend_from_slice(&fields.seq.to_le_bytes());
@@ -155,8 +156,16 @@ pub fn encode(fields: &RecordFields<'_>, out: &mut Vec<u8>) -> Result<()> {
     out.push(source_code(fields.source));
     out.push(if fields.has_original { HAS_ORIGINAL } else { 0 });
     out.extend_from_slice(&[0; 4]);
-    let mut spans = Vec::with_capacity(fields.parts.len());
-    write_search_text(fields.parts, out, |placed| spans.push(placed));
+    // Each part's descriptor as its fields land; spans are relative to the text, which starts
+    // at HEADER_LEN.
+    let span = |r: Range<usize>| TextSpan::from(r.start - HEADER_LEN..r.end - HEADER_LEN);
+    let mut parts = Vec::with_capacity(fields.parts.len());
+    let mut next = fields.parts.iter();
+    write_search_text(fields.parts, out, |placed| {
+        if let Some(part) = next.next() {
+            parts.push(descriptor(part, placed, span));
+        }
+    });
     let text_len = out.len() - HEADER_LEN;
     let Ok(text_len_u32) = u32::try_from(text_len) else {
         return Err(StoreError::InvalidMessage(format!(
@@ -164,17 +173,9 @@ pub fn encode(fields: &RecordFields<'_>, out: &mut Vec<u8>) -> Result<()> {
         )));
     };
     out[TEXT_LEN..HEADER_LEN].copy_from_slice(&text_len_u32.to_le_bytes());
-    // Spans are relative to the text, which starts at HEADER_LEN.
-    let span = |r: Range<usize>| TextSpan::from(r.start - HEADER_LEN..r.end - HEADER_LEN);
-    let parts = fields
-        .parts
-        .iter()
-        .zip(spans)
-        .map(|(part, placed)| descriptor(part, placed, span))
-        .collect();
     let tail = RecordTail {
-        parts,
         source_key: fields.source_key,
+        parts,
     };
     // Encoding into a Vec cannot fail (no I/O, no size limit).
     if let Err(e) = bincode::encode_into_std_write(&tail, out, BINCODE) {
@@ -189,12 +190,25 @@ pub(crate) fn set_seq(record: &mut [u8], seq: u64) {
     record[SEQ..SEQ + 8].copy_from_slice(&seq.to_le_bytes());
 }
 
-/// About the text bytes of a part.
-fn text_len_hint(part: &Part) -> usize {
-    8 + match part.search_fields() {
-        lcm_core::message::SearchFields::None => 0,
-        lcm_core::message::SearchFields::One(text) => text.len(),
-        lcm_core::message::SearchFields::Call { name, arguments } => name.len() + arguments.len(),
+/// About the bytes a part takes in a record (its strings, plus a few bytes of lengths and
+/// tags): for reserving a record's room, and for the store's cheap first look at whether a
+/// part may pass the large-file threshold.
+pub(crate) fn encoded_len_hint(part: &Part) -> usize {
+    8 + match part {
+        Part::Text { text } | Part::Reasoning { text } => text.len(),
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+        } => id.len() + name.len() + arguments.len() + 8,
+        Part::ToolResult {
+            call_id, content, ..
+        } => call_id.len() + content.len() + 4,
+        Part::File { path, mime_type } => {
+            path.len() + mime_type.as_ref().map_or(0, String::len) + 4
+        }
+        Part::Binary { media_type, .. } => media_type.len() + 10,
+        Part::Opaque { kind, json } => kind.len() + json.len() + 4,
     }
 }
 
@@ -388,9 +402,13 @@ impl<'a> RecordView<'a> {
         Ok(tail)
     }
 
-    /// The key the host gave the message (a transcript line's uuid), if any.
+    /// The key the host gave the message (a transcript line's uuid), if any. Reads only the
+    /// key, not the part descriptors after it.
     pub fn source_key(&self) -> Result<Option<&'a str>> {
-        Ok(self.tail()?.source_key)
+        let bytes = &self.bytes[self.text_end..];
+        bincode::borrow_decode_from_slice(bytes, BINCODE)
+            .map(|(key, _)| key)
+            .map_err(|e| corrupt(format!("a message's source key: {e}")))
     }
 
     /// The message's parts, rebuilt from their descriptors and the text.
@@ -501,8 +519,8 @@ impl<'a> RecordView<'a> {
             at = end;
             Ok(())
         };
-        let part_separator = lcm_core::message::PART_SEPARATOR as u8;
-        let call_separator = lcm_core::message::CALL_SEPARATOR as u8;
+        let part_separator = lcm_core::message::PART_SEPARATOR.as_bytes()[0];
+        let call_separator = lcm_core::message::CALL_SEPARATOR.as_bytes()[0];
         for part in self.tail()?.parts {
             let first = if any { Some(part_separator) } else { None };
             match part {

@@ -56,7 +56,6 @@ pub(crate) fn migrate_records(txn: &WriteTransaction) -> Result<Migrated> {
     };
     let mut writer = PackWriter::default();
     let mut encoded = Vec::new();
-    let mut records: Vec<Vec<u8>> = Vec::new();
     for key in keys {
         // The old row is copied out before it is replaced.
         let old = match table.remove(key)? {
@@ -64,12 +63,12 @@ pub(crate) fn migrate_records(txn: &WriteTransaction) -> Result<Migrated> {
             None => continue,
         };
         let row = Row::parse(&old)?;
-        records.clear();
         for i in 0..row.len() as usize {
+            let id = key + i as u64;
             let old_record = row.record(i)?;
             // A record already in the current layout is kept (the migration is idempotent).
             if old_record.first() == Some(&record::RECORD_VERSION) {
-                records.push(old_record.to_vec());
+                writer.push(&mut table, id, old_record)?;
                 continue;
             }
             let v1: MessageRecordV1 = codec::decode("messages", old_record)?;
@@ -87,10 +86,7 @@ pub(crate) fn migrate_records(txn: &WriteTransaction) -> Result<Migrated> {
                 },
                 &mut encoded,
             )?;
-            records.push(encoded.clone());
-        }
-        for (i, r) in records.iter().enumerate() {
-            writer.push(&mut table, key + i as u64, r)?;
+            writer.push(&mut table, id, &encoded)?;
         }
         // Rows never span two old rows: ids may have gaps between them.
         writer.flush(&mut table)?;

@@ -27,7 +27,7 @@ use crate::error::{Result, StoreError};
 use crate::files::{Appending, FileCandidates, FileRules, FileTables};
 use crate::message_rows::{self, PackWriter};
 use crate::pipeline::OrderedPipeline;
-use crate::record::{self, RecordFields, RecordView};
+use crate::record::{self, RecordFields, RecordView, encoded_len_hint};
 use crate::record_migration;
 use crate::session_runs::{self, RunWriter};
 use crate::tables::{self, meta};
@@ -964,26 +964,6 @@ impl StoreReader {
     }
 }
 
-/// About the bincode length of a part (its strings, plus a few bytes of lengths and tags).
-fn encoded_len_hint(part: &Part) -> usize {
-    8 + match part {
-        Part::Text { text } | Part::Reasoning { text } => text.len(),
-        Part::ToolCall {
-            id,
-            name,
-            arguments,
-        } => id.len() + name.len() + arguments.len() + 8,
-        Part::ToolResult {
-            call_id, content, ..
-        } => call_id.len() + content.len() + 4,
-        Part::File { path, mime_type } => {
-            path.len() + mime_type.as_ref().map_or(0, String::len) + 4
-        }
-        Part::Binary { media_type, .. } => media_type.len() + 10,
-        Part::Opaque { kind, json } => kind.len() + json.len() + 4,
-    }
-}
-
 pub(crate) fn next_counter(meta_table: &mut redb::Table<&str, u64>, key: &str) -> Result<u64> {
     let next = meta_table.get(key)?.map_or(0, |v| v.value());
     meta_table.insert(key, next + 1)?;
@@ -1162,7 +1142,7 @@ impl<'t> AppendTables<'t> {
     }
 
     /// Inserts one prepared message, unless its source key is already stored in its session.
-    fn add(&mut self, p: Prepared) -> Result<()> {
+    fn add(&mut self, mut p: Prepared) -> Result<()> {
         if let Some(key) = &p.source_key
             && let Some(existing) = self.source_keys.get((p.session, key.as_str()))?
         {
@@ -1191,7 +1171,6 @@ impl<'t> AppendTables<'t> {
         session.last_message_at = Some(p.created_at);
 
         // The record encoded by `prepare_message`, with its sequence number now known.
-        let mut p = p;
         record::set_seq(&mut p.record, seq);
         self.packs.push(&mut self.records, id, &p.record)?;
         if let Some(original) = &p.original {
