@@ -872,3 +872,59 @@ fn a_store_of_the_previous_schema_is_migrated_and_passes_doctor() {
     let found = json(&lcm(dir, &["grep", "--json", "cannot find"]));
     assert_eq!(found["hits"][0]["message"], "msg_27", "{found}");
 }
+
+#[test]
+fn eval_recall_scores_a_locomo_file_without_touching_the_data_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("tiny-locomo.json");
+    std::fs::write(
+        &file,
+        r#"[{"sample_id": "tiny",
+             "conversation": {"speaker_a": "Ann", "speaker_b": "Bo",
+               "session_1_date_time": "9:00 am on 1 May, 2023",
+               "session_1": [
+                 {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a greyhound called Pixel."},
+                 {"speaker": "Bo", "dia_id": "D1:2", "text": "I started learning the cello."}]},
+             "qa": [{"question": "Which instrument, the cello?", "evidence": ["D1:2"], "category": 4},
+                    {"question": "Which zeppelin?", "evidence": ["D1:1"], "category": 5}]}]"#,
+    )
+    .unwrap();
+    let data_dir = tmp.path().join("data");
+    let keep = tmp.path().join("kept");
+    let out = json(&lcm(
+        &data_dir,
+        &[
+            "eval",
+            "recall",
+            file.to_str().unwrap(),
+            "--json",
+            "-q",
+            "--keep",
+            keep.to_str().unwrap(),
+        ],
+    ));
+    let mode = &out["modes"][0];
+    assert_eq!(mode["mode"], "full_text");
+    assert_eq!(mode["overall"]["questions"], 2);
+    // The cello question finds its turn first; the zeppelin one finds nothing.
+    assert_eq!(mode["overall"]["recall_at"][0], 0.5);
+    assert_eq!(mode["overall"]["mrr"], 0.5);
+    assert_eq!(mode["categories"]["4"]["recall_at"][0], 1.0);
+    assert!(!data_dir.exists(), "the --data-dir is not the evaluation's");
+    assert!(keep.join("lcm.redb").exists());
+
+    // The table, and the errors of a missing file and of regex.
+    let table = lcm(&data_dir, &["eval", "recall", file.to_str().unwrap(), "-q"]);
+    assert!(table.status.success());
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("| full_text | 2 | all | 0.500 |"), "{text}");
+    let missing = lcm(&data_dir, &["eval", "recall", "/nonexistent/x.json"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent/x.json"));
+    let regex = lcm(
+        &data_dir,
+        &["eval", "recall", file.to_str().unwrap(), "--mode", "regex"],
+    );
+    assert!(!regex.status.success());
+    assert!(String::from_utf8_lossy(&regex.stderr).contains("not regex"));
+}

@@ -87,10 +87,23 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "lcm-eval",
+        &[
+            "lcm-core",
+            "lcm-engine",
+            "lcm-files",
+            "lcm-llm",
+            "lcm-regex",
+            "lcm-search",
+            "lcm-store",
+        ],
+    ),
+    (
         "lcm-cli",
         &[
             "lcm-core",
             "lcm-engine",
+            "lcm-eval",
             "lcm-llm",
             "lcm-mcp",
             "lcm-regex",
@@ -107,6 +120,7 @@ const ABOVE_THE_STORE: &[&str] = &[
     "lcm-engine",
     "lcm-server",
     "lcm-mcp",
+    "lcm-eval",
     "lcm-cli",
 ];
 

@@ -8,7 +8,7 @@ use lcm_core::formats::Format;
 use lcm_core::ids::{AnyId, SessionId};
 use lcm_core::message::{Part, Role};
 use lcm_core::time::Timestamp;
-use lcm_search::{DataDir, GrepMode, GrepRequest, Scope};
+use lcm_search::{DataDir, GrepRequest, Scope};
 use lcm_store::import::{ImportOptions, ImportReport, import_file};
 
 use crate::interrupt::{Interrupt, Interrupted};
@@ -215,10 +215,7 @@ pub fn grep(app: &App, args: &GrepArgs) -> Result<()> {
         .transpose()?;
     let request = GrepRequest {
         pattern: args.pattern.clone(),
-        mode: match args.mode {
-            Mode::Regex => GrepMode::Regex,
-            Mode::FullText => GrepMode::FullText,
-        },
+        mode: args.mode.grep_mode(),
         scope: Scope {
             session,
             roles: args.roles.clone(),

@@ -8,6 +8,7 @@ mod commands;
 mod dag_commands;
 mod demo;
 mod doctor;
+mod eval_commands;
 mod interrupt;
 mod map_commands;
 mod mcp;
@@ -82,6 +83,9 @@ pub enum Command {
     Map(map_commands::MapArgs),
     /// Serve the tools to an MCP client over stdin/stdout (see docs/MCP.md) until stdin closes.
     Mcp(mcp::McpArgs),
+    /// Evaluations: `lcm eval recall FILE` measures how often search finds the turns that
+    /// answer a LoCoMo question.
+    Eval(eval_commands::EvalArgs),
 }
 
 /// Output format of `--format`-style choices shared by commands.
@@ -89,6 +93,16 @@ pub enum Command {
 pub enum Mode {
     Regex,
     FullText,
+}
+
+impl Mode {
+    /// The search mode it names.
+    pub fn grep_mode(self) -> lcm_search::GrepMode {
+        match self {
+            Mode::Regex => lcm_search::GrepMode::Regex,
+            Mode::FullText => lcm_search::GrepMode::FullText,
+        }
+    }
 }
 
 /// Runs the CLI with the process arguments; the process exit code.
@@ -169,6 +183,7 @@ pub fn execute(cli: Cli) -> Result<()> {
         Command::Serve(args) => serve::serve(&ctx, args),
         Command::Map(args) => map_commands::map_cmd(&ctx, args),
         Command::Mcp(args) => mcp::mcp(&ctx, args),
+        Command::Eval(args) => eval_commands::eval_cmd(&ctx, args),
     }
 }
 

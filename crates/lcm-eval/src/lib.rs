@@ -1,0 +1,39 @@
+//! # lcm-eval
+//!
+//! Evaluations of lcm, run by `lcm eval`.
+//! - [`locomo`]: the LoCoMo format (long conversations between two speakers, questions with
+//!   the dialogue turns that hold their answers), read into lcm messages.
+//! - [`recall`]: recall of those evidence turns by each search mode (`lcm eval recall`):
+//!   recall@1/5/10 and MRR, overall and per question category.
+//!
+//! Architecture invariant: an evaluation imports its data into a data directory of its own
+//! and searches it through the same `lcm-search` entry point the tools use, so what it
+//! measures is what an agent gets.
+
+pub mod locomo;
+pub mod recall;
+
+/// What can go wrong in an evaluation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EvalError {
+    /// The input file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The input is not in the expected format; `at` says where.
+    #[error("{origin}: {at}: {detail}")]
+    Format {
+        origin: String,
+        at: String,
+        detail: String,
+    },
+    /// The store or the index failed.
+    #[error(transparent)]
+    Store(#[from] lcm_store::StoreError),
+}
+
+/// The result type of this crate.
+pub type Result<T> = std::result::Result<T, EvalError>;

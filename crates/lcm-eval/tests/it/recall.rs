@@ -1,0 +1,131 @@
+//! `lcm eval recall` on a real data directory: a small conversation whose answers are known,
+//! and the LoCoMo development set when `../shared/data` is present.
+
+use std::path::PathBuf;
+
+use lcm_core::config::{Config, SearchConfig};
+use lcm_eval::locomo;
+use lcm_eval::recall::{self, KS};
+use lcm_search::{DataDir, GrepMode};
+
+const SMALL: &str = r#"[{
+  "sample_id": "tiny",
+  "conversation": {
+    "speaker_a": "Ann", "speaker_b": "Bo",
+    "session_1_date_time": "9:00 am on 1 May, 2023",
+    "session_1": [
+      {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a greyhound called Pixel last week."},
+      {"speaker": "Bo", "dia_id": "D1:2", "text": "Lovely! I started learning the cello."},
+      {"speaker": "Ann", "dia_id": "D1:3", "text": "We went hiking near the glacier on Sunday."}
+    ],
+    "session_2_date_time": "6:00 pm on 3 May, 2023",
+    "session_2": [
+      {"speaker": "Bo", "dia_id": "D2:1", "text": "My cello teacher moved to Lisbon."},
+      {"speaker": "Ann", "dia_id": "D2:2", "text": "Pixel the greyhound loves the beach."}
+    ]
+  },
+  "qa": [
+    {"question": "What instrument does Bo play, the cello?", "answer": "cello", "evidence": ["D1:2", "D2:1"], "category": 4},
+    {"question": "Where did Ann go hiking, the glacier?", "answer": "a glacier", "evidence": ["D1:3"], "category": 1},
+    {"question": "Which zeppelin museum?", "answer": null, "evidence": ["D1:1"], "category": 5},
+    {"question": "Unanswerable", "evidence": [], "category": 5},
+    {"question": "Broken evidence", "evidence": ["D9:9"], "category": 2}
+  ]
+}]"#;
+
+#[test]
+fn recall_counts_the_ranks_of_evidence_turns_in_a_real_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = DataDir::open(dir.path().join("lcm"), &Config::default()).unwrap();
+    let conversations = locomo::parse(SMALL.as_bytes(), "small").unwrap();
+    let imported = recall::import(&data, &conversations).unwrap();
+    assert_eq!(imported[0].dia_id_of.len(), 5);
+    // A second import adds nothing (turns are keyed) and maps the same ids.
+    let again = recall::import(&data, &conversations).unwrap();
+    assert_eq!(again[0].dia_id_of, imported[0].dia_id_of);
+    assert_eq!(data.store.stats().unwrap().messages, 5);
+
+    let mut calls = 0;
+    let report = recall::evaluate(
+        &data,
+        &SearchConfig::default(),
+        &conversations,
+        &imported,
+        &[GrepMode::FullText],
+        |done, total| {
+            calls += 1;
+            assert!(done <= total && total == 5);
+        },
+    )
+    .unwrap();
+    assert!(calls >= 3);
+    assert_eq!(report.questions, 5);
+    assert_eq!(report.without_evidence, 1);
+    assert_eq!(report.unknown_evidence, ["tiny:D9:9"]);
+    let mode = &report.modes[0];
+    // Scored: the cello question (both turns hold "cello": found at ranks 1-2), the glacier
+    // one (found first), the zeppelin one (no word of it is in the conversation: nothing).
+    assert_eq!(mode.overall.questions, 3);
+    let at = |k: usize| mode.overall.recall_at[KS.iter().position(|&x| x == k).unwrap()];
+    assert!((at(5) - 2.0 / 3.0).abs() < 1e-9, "{:?}", mode.overall);
+    assert!((at(10) - 2.0 / 3.0).abs() < 1e-9);
+    // recall@1: the glacier question fully, the cello one half.
+    assert!((at(1) - 0.5).abs() < 1e-9, "{:?}", mode.overall);
+    assert!((mode.overall.mrr - 2.0 / 3.0).abs() < 1e-9);
+    assert_eq!(mode.categories[&5].recall_at, vec![0.0; 3]);
+    let table = report.to_table();
+    assert!(table.contains("| full_text | 3 | all |"), "{table}");
+    assert!(table.contains("4 single-hop"), "{table}");
+    assert!(table.contains("tiny:D9:9"), "{table}");
+}
+
+fn locomo_dev() -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/locomo-dev/locomo-dev.json");
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "skipping: {} is absent (the LoCoMo development set lives in ../shared/data)",
+            path.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn full_text_recall_on_the_locomo_development_set() {
+    let Some(path) = locomo_dev() else { return };
+    let conversations = locomo::load(&path).unwrap();
+    assert_eq!(conversations.len(), 5);
+    let dir = tempfile::tempdir().unwrap();
+    let data = DataDir::open(dir.path().join("lcm"), &Config::default()).unwrap();
+    let imported = recall::import(&data, &conversations).unwrap();
+    let turns: usize = conversations
+        .iter()
+        .flat_map(|c| &c.sessions)
+        .map(|s| s.turns.len())
+        .sum();
+    assert_eq!(data.store.stats().unwrap().messages, turns as u64);
+    let report = recall::evaluate(
+        &data,
+        &SearchConfig::default(),
+        &conversations,
+        &imported,
+        &[GrepMode::FullText],
+        |_, _| {},
+    )
+    .unwrap();
+    eprintln!("{}", report.to_table());
+    assert_eq!(report.questions, 999);
+    let full_text = &report.modes[0];
+    let scored: usize = full_text.categories.values().map(|s| s.questions).sum();
+    assert_eq!(scored, full_text.overall.questions);
+    assert!(full_text.overall.questions >= 990);
+    // Keyword search finds about half of the evidence in its first ten hits: the floor
+    // guards against a regression of BM25 ranking, not a goal.
+    let at10 = full_text.overall.recall_at[2];
+    assert!(at10 > 0.45, "full-text recall@10 fell to {at10:.3}");
+    assert!(full_text.overall.recall_at[0] <= full_text.overall.recall_at[1]);
+    assert!(full_text.overall.recall_at[1] <= at10);
+}
