@@ -93,6 +93,8 @@ pub enum Command {
 pub enum Mode {
     Regex,
     FullText,
+    Semantic,
+    Hybrid,
 }
 
 impl Mode {
@@ -101,6 +103,8 @@ impl Mode {
         match self {
             Mode::Regex => lcm_search::GrepMode::Regex,
             Mode::FullText => lcm_search::GrepMode::FullText,
+            Mode::Semantic => lcm_search::GrepMode::Semantic,
+            Mode::Hybrid => lcm_search::GrepMode::Hybrid,
         }
     }
 }

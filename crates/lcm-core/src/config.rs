@@ -27,6 +27,7 @@ pub struct Config {
     pub storage: StorageConfig,
     pub tokenizer: TokenizerConfig,
     pub search: SearchConfig,
+    pub embeddings: EmbeddingsConfig,
     pub import: ImportConfig,
     pub files: FilesConfig,
     pub compaction: CompactionConfig,
@@ -83,6 +84,7 @@ impl Config {
         self.map.validate()?;
         self.server.validate()?;
         self.proxy.validate()?;
+        self.embeddings.validate()?;
         if s.index_writer_memory_mb < 15 {
             return Err(ConfigError::Invalid(format!(
                 "search.index_writer_memory_mb must be at least 15 (tantivy's minimum), got {}",
@@ -184,6 +186,54 @@ impl Default for SearchConfig {
             index_batch: 150_000,
             index_writer_memory_mb: 128,
         }
+    }
+}
+
+/// The embedding model of semantic and hybrid search (`[embeddings]`). Off until
+/// `model_dir` names a model; the vector index it fills is derived like the search index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddingsConfig {
+    /// A sentence-transformers model directory (`model.safetensors`, `config.json`,
+    /// `tokenizer.json`, `1_Pooling/config.json`), e.g. all-MiniLM-L6-v2. `None`: no
+    /// embeddings, and `semantic` / `hybrid` search say so.
+    pub model_dir: Option<PathBuf>,
+    /// Texts per model call.
+    pub batch_size: usize,
+    /// Threads of the model's computations (0: every core).
+    pub threads: usize,
+    /// Word pieces per embedded chunk: a longer message is embedded in several chunks.
+    pub max_tokens: usize,
+    /// Messages embedded per vector-index commit while it catches up with the store.
+    pub index_batch: usize,
+}
+
+impl Default for EmbeddingsConfig {
+    fn default() -> Self {
+        EmbeddingsConfig {
+            model_dir: None,
+            batch_size: 32,
+            threads: 0,
+            max_tokens: 256,
+            index_batch: 2048,
+        }
+    }
+}
+
+impl EmbeddingsConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.batch_size == 0 || self.index_batch == 0 {
+            return Err(ConfigError::Invalid(
+                "embeddings.batch_size and embeddings.index_batch must be at least 1".into(),
+            ));
+        }
+        if !(16..=512).contains(&self.max_tokens) {
+            return Err(ConfigError::Invalid(format!(
+                "embeddings.max_tokens must be between 16 and 512, got {}",
+                self.max_tokens
+            )));
+        }
+        Ok(())
     }
 }
 

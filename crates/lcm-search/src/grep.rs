@@ -43,8 +43,42 @@ const MAX_COUNTED_MATCHES: usize = 1_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GrepMode {
+    /// Every match of a regular expression, oldest first (exact and complete).
     Regex,
+    /// Stemmed words, best matches first (BM25).
     FullText,
+    /// By meaning: the messages whose embeddings are nearest the query's (needs an embedding
+    /// model, `[embeddings] model_dir`).
+    Semantic,
+    /// Full text and semantic fused by reciprocal rank (needs an embedding model).
+    Hybrid,
+}
+
+impl GrepMode {
+    /// The mode's name in requests and reports (`full_text`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            GrepMode::Regex => "regex",
+            GrepMode::FullText => "full_text",
+            GrepMode::Semantic => "semantic",
+            GrepMode::Hybrid => "hybrid",
+        }
+    }
+
+    /// Whether the mode ranks by meaning and so needs the embedding model.
+    pub fn needs_embeddings(self) -> bool {
+        matches!(self, GrepMode::Semantic | GrepMode::Hybrid)
+    }
+}
+
+/// The error of a semantic or hybrid search where no embedding model is configured.
+pub fn no_embeddings_error(mode: GrepMode) -> StoreError {
+    StoreError::InvalidQuery(format!(
+        "{} search needs an embedding model: set `model_dir` in the `[embeddings]` section of \
+         the configuration to a sentence-transformers model directory (see \
+         docs/CONFIGURATION.md); regex and full_text search work without one",
+        mode.name()
+    ))
 }
 
 /// Which messages a search looks at. Empty fields mean "no restriction".
@@ -172,6 +206,7 @@ pub fn grep(
         GrepMode::FullText => {
             full_text_grep(store, index, config, request, limit, cursor, fingerprint)
         }
+        GrepMode::Semantic | GrepMode::Hybrid => Err(no_embeddings_error(request.mode)),
     }
 }
 
@@ -1026,6 +1061,11 @@ impl TextMatcher {
                     kind: MatcherKind::Words { analyzer, terms },
                 })
             }
+            GrepMode::Semantic | GrepMode::Hybrid => Err(StoreError::InvalidQuery(format!(
+                "{} search ranks messages by meaning through the vector index; it does not \
+                 match text",
+                mode.name()
+            ))),
         }
     }
 
@@ -1368,6 +1408,34 @@ mod tests {
             cursor,
         };
         grep(store, index, config, &request).unwrap()
+    }
+
+    #[test]
+    fn semantic_modes_without_a_model_name_the_option_to_set() {
+        let (store, _) = store_with_zebras(3);
+        let config = SearchConfig::default();
+        let index = SearchIndex::open_in_ram(&store, &config).unwrap();
+        for mode in [GrepMode::Semantic, GrepMode::Hybrid] {
+            let request = GrepRequest {
+                pattern: "striped animals".into(),
+                mode,
+                scope: Scope::default(),
+                limit: None,
+                cursor: None,
+            };
+            let err = grep(&store, &index, &config, &request).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, StoreError::InvalidQuery(_)), "{err:?}");
+            assert!(
+                text.contains(mode.name())
+                    && text.contains("[embeddings]")
+                    && text.contains("model_dir"),
+                "{text}"
+            );
+            assert!(TextMatcher::new(&index, mode, "striped").is_err());
+        }
+        // Nothing was written: the store still holds its three messages and nothing else.
+        assert_eq!(store.stats().unwrap().messages, 3);
     }
 
     /// Every page of a full-text search, following cursors.

@@ -352,10 +352,7 @@ fn resolve(ctx: &ToolContext, args: &Args) -> Result<Plan, ToolError> {
         .map_or_else(String::new, |w| w.id.to_string());
     let since_text = since.map_or_else(String::new, |t| t.0.to_string());
     let before_text = before.map_or_else(String::new, |t| t.0.to_string());
-    let mode_text = match args.mode {
-        GrepMode::Regex => "regex",
-        GrepMode::FullText => "full_text",
-    };
+    let mode_text = args.mode.name();
     let engine_text = match engine {
         Engine::Store => "store",
         Engine::Scan => "scan",
@@ -857,7 +854,7 @@ fn page_json(
         .collect();
     let mut page = json!({
         "searched": {
-            "mode": match plan.mode { GrepMode::Regex => "regex", GrepMode::FullText => "full_text" },
+            "mode": plan.mode.name(),
             "scope": plan.target.as_str(),
             "session": plan.session.map_or_else(|| "all".to_owned(), |s| s.to_string()),
         },
