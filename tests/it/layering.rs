@@ -53,6 +53,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("lcm-regex", &[]),
     ("lcm-files", &["lcm-core"]),
     ("lcm-llm", &["lcm-core"]),
+    ("lcm-embed", &["lcm-core"]),
     ("lcm-store", &["lcm-core", "lcm-files"]),
     ("lcm-search", &["lcm-core", "lcm-regex", "lcm-store"]),
     (

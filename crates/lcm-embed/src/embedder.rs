@@ -1,0 +1,402 @@
+//! The embedding model: a sentence-transformers directory loaded once, then shared by the
+//! threads that embed (it is `Send + Sync`; every call takes `&self`).
+//!
+//! A sentence-transformers directory holds the transformer (`config.json`,
+//! `model.safetensors`), its tokenizer (`tokenizer.json`), the longest input it reads
+//! (`sentence_bert_config.json`: `max_seq_length`) and its pooling (`1_Pooling/config.json`).
+//! Only mean pooling followed by L2 normalisation is supported (what the MiniLM and MPNet
+//! sentence models use); another pooling is refused at load, never silently computed wrong.
+
+use std::io::Read;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config as BertConfig};
+use lcm_core::config::EmbeddingsConfig;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokenizers::{Tokenizer, TruncationParams};
+
+/// What went wrong loading or running a model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmbedError {
+    /// A file the model needs is missing or unreadable.
+    #[error(
+        "cannot read {path} (a sentence-transformers model directory needs config.json, model.safetensors, tokenizer.json and 1_Pooling/config.json): {source}"
+    )]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A file is there but not what a supported model holds.
+    #[error("{path}: {detail}")]
+    Invalid { path: PathBuf, detail: String },
+    /// The tokenizer failed on an input.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The model's computation failed.
+    #[error("model: {0}")]
+    Model(String),
+}
+
+type Result<T, E = EmbedError> = std::result::Result<T, E>;
+
+fn model_error(e: candle_core::Error) -> EmbedError {
+    EmbedError::Model(e.to_string())
+}
+
+/// How an [`Embedder`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmbedOptions {
+    /// Texts per forward pass.
+    pub batch_size: usize,
+    /// Threads of the model's computations (0: every core).
+    pub threads: usize,
+    /// Word pieces per chunk of [`Embedder::chunks`] (capped by the model's `max_seq_length`,
+    /// less its two special tokens).
+    pub max_tokens: usize,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        EmbedOptions::from(&EmbeddingsConfig::default())
+    }
+}
+
+impl From<&EmbeddingsConfig> for EmbedOptions {
+    fn from(c: &EmbeddingsConfig) -> Self {
+        EmbedOptions {
+            batch_size: c.batch_size.max(1),
+            threads: c.threads,
+            max_tokens: c.max_tokens,
+        }
+    }
+}
+
+/// The most bytes of one text [`Embedder::chunks`] cuts into chunks: the rest of a longer
+/// text is not embedded (regex and full-text search still find it). 256 KiB is about 64k word
+/// pieces, 256 chunks of the default size.
+pub const MAX_CHUNKED_BYTES: usize = 256 * 1024;
+
+/// A loaded sentence-embedding model.
+pub struct Embedder {
+    model: BertModel,
+    /// Cuts at `max_seq` word pieces, special tokens included; no padding (batches are padded
+    /// here).
+    tokenizer: Tokenizer,
+    /// The same without truncation, for [`Self::chunks`].
+    splitter: Tokenizer,
+    max_seq: usize,
+    chunk_tokens: usize,
+    batch_size: usize,
+    dimension: usize,
+    model_id: String,
+    pool: rayon::ThreadPool,
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder")
+            .field("model_id", &self.model_id)
+            .field("dimension", &self.dimension)
+            .field("max_seq", &self.max_seq)
+            .field("chunk_tokens", &self.chunk_tokens)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Deserialize)]
+struct SentenceBertConfig {
+    max_seq_length: usize,
+}
+
+#[derive(Deserialize)]
+struct PoolingConfig {
+    word_embedding_dimension: usize,
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| EmbedError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| EmbedError::Invalid {
+        path: path.to_path_buf(),
+        detail: format!("not the expected JSON: {e}"),
+    })
+}
+
+impl Embedder {
+    /// Loads the model in `dir` (see the module doc for the files it reads).
+    pub fn load(dir: &Path, options: EmbedOptions) -> Result<Embedder> {
+        let config_path = dir.join("config.json");
+        let config_bytes = read(&config_path)?;
+        let config: BertConfig = parse(&config_path, &config_bytes)?;
+        let pooling_path = dir.join("1_Pooling").join("config.json");
+        let pooling: PoolingConfig = parse(&pooling_path, &read(&pooling_path)?)?;
+        if !pooling.pooling_mode_mean_tokens
+            || pooling.pooling_mode_cls_token
+            || pooling.pooling_mode_max_tokens
+            || pooling.pooling_mode_mean_sqrt_len_tokens
+        {
+            return Err(EmbedError::Invalid {
+                path: pooling_path,
+                detail: "only mean pooling (pooling_mode_mean_tokens alone) is supported".into(),
+            });
+        }
+        // sentence-transformers reads at most max_seq_length word pieces (the tokenizer's own
+        // limit may be larger), and never more than the model has positions for.
+        let st_path = dir.join("sentence_bert_config.json");
+        let max_seq = match std::fs::read(&st_path) {
+            Ok(bytes) => parse::<SentenceBertConfig>(&st_path, &bytes)?.max_seq_length,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 512,
+            Err(source) => {
+                return Err(EmbedError::Read {
+                    path: st_path,
+                    source,
+                });
+            }
+        };
+        let max_seq = max_seq.min(config_max_positions(&config_path, &config_bytes)?);
+        if max_seq < 8 {
+            return Err(EmbedError::Invalid {
+                path: st_path,
+                detail: format!("max_seq_length {max_seq} is too small"),
+            });
+        }
+
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer_bytes = read(&tokenizer_path)?;
+        let mut splitter =
+            Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| EmbedError::Invalid {
+                path: tokenizer_path.clone(),
+                detail: e.to_string(),
+            })?;
+        splitter
+            .with_truncation(None)
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        splitter.with_padding(None);
+        let mut tokenizer = splitter.clone();
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_seq,
+                ..TruncationParams::default()
+            }))
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+
+        let weights = dir.join("model.safetensors");
+        let model_id = model_id(dir, &config_bytes, &tokenizer_bytes, &weights)?;
+        // SAFETY: the weights file is mapped read-only for the model's lifetime; lcm never
+        // writes it, and a model directory is not meant to change under a running process.
+        let vb = unsafe {
+            VarBuilder::from_mmaped_safetensors(
+                std::slice::from_ref(&weights),
+                DType::F32,
+                &Device::Cpu,
+            )
+        }
+        .map_err(|e| EmbedError::Invalid {
+            path: weights.clone(),
+            detail: e.to_string(),
+        })?;
+        let model = BertModel::load(vb, &config).map_err(|e| EmbedError::Invalid {
+            path: weights.clone(),
+            detail: format!("not the weights of the BERT model config.json describes: {e}"),
+        })?;
+        let threads = if options.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            options.threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("lcm-embed-{i}"))
+            .build()
+            .map_err(|e| EmbedError::Model(format!("cannot start {threads} threads: {e}")))?;
+        Ok(Embedder {
+            model,
+            tokenizer,
+            splitter,
+            max_seq,
+            chunk_tokens: options.max_tokens.clamp(1, max_seq - 2),
+            batch_size: options.batch_size.max(1),
+            dimension: pooling.word_embedding_dimension,
+            model_id,
+            pool,
+        })
+    }
+
+    /// Length of every vector.
+    pub fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    /// Names the model and its exact files (directory name and a hash of its configuration,
+    /// tokenizer and weights' size and head): an index built by another model is rebuilt.
+    pub fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    /// The most word pieces the model reads of one text (special tokens included).
+    pub fn max_seq(&self) -> usize {
+        self.max_seq
+    }
+
+    /// The embedding of each text (L2-normalised; a text longer than the model reads is cut,
+    /// as sentence-transformers does). Texts are batched by length, so a batch pads little;
+    /// the order of the result is the order of `texts`.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| encodings[i].get_ids().len());
+        let mut out = vec![Vec::new(); texts.len()];
+        for batch in order.chunks(self.batch_size) {
+            let vectors = self.pool.install(|| {
+                self.forward(batch.iter().map(|&i| &encodings[i]).collect::<Vec<_>>())
+            })?;
+            for (&i, v) in batch.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    fn forward(&self, batch: Vec<&tokenizers::Encoding>) -> Result<Vec<Vec<f32>>> {
+        let len = batch.iter().map(|e| e.get_ids().len()).max().unwrap_or(0);
+        let n = batch.len();
+        let mut ids = vec![0u32; n * len];
+        let mut mask = vec![0u32; n * len];
+        for (row, e) in batch.iter().enumerate() {
+            let at = row * len;
+            ids[at..at + e.get_ids().len()].copy_from_slice(e.get_ids());
+            mask[at..at + e.get_ids().len()].copy_from_slice(e.get_attention_mask());
+        }
+        let device = Device::Cpu;
+        let ids = Tensor::from_vec(ids, (n, len), &device).map_err(model_error)?;
+        let mask = Tensor::from_vec(mask, (n, len), &device).map_err(model_error)?;
+        let types = ids.zeros_like().map_err(model_error)?;
+        let hidden = self
+            .model
+            .forward(&ids, &types, Some(&mask))
+            .map_err(model_error)?;
+        // Mean over the real tokens: padding is masked out of the sum and the count.
+        let mask = mask
+            .to_dtype(DType::F32)
+            .and_then(|m| m.unsqueeze(2))
+            .map_err(model_error)?;
+        let summed = hidden
+            .broadcast_mul(&mask)
+            .and_then(|h| h.sum(1))
+            .map_err(model_error)?;
+        let counts = mask.sum(1).map_err(model_error)?;
+        let mean = summed.broadcast_div(&counts).map_err(model_error)?;
+        let rows: Vec<Vec<f32>> = mean.to_vec2().map_err(model_error)?;
+        Ok(rows.into_iter().map(normalised).collect())
+    }
+
+    /// Cuts `text` into byte ranges that the model reads whole: consecutive, covering the
+    /// text from its start (up to [`MAX_CHUNKED_BYTES`]), on character boundaries, each of at
+    /// most `max_tokens` word pieces. A text the model reads whole is one chunk; an empty (or
+    /// blank) text none.
+    pub fn chunks(&self, text: &str) -> Result<Vec<Range<usize>>> {
+        let mut end = text.len().min(MAX_CHUNKED_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let text = &text[..end];
+        let encoding = self
+            .splitter
+            .encode(text, false)
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        let offsets = encoding.get_offsets();
+        if offsets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::with_capacity(offsets.len().div_ceil(self.chunk_tokens));
+        let mut start = 0;
+        for window in offsets.chunks(self.chunk_tokens) {
+            let last = window.last().map_or(start, |&(_, e)| e);
+            out.push(start..last.max(start));
+            start = last.max(start);
+        }
+        // The last chunk runs to the end of the text (trailing spaces, unknown characters).
+        if let Some(last) = out.last_mut() {
+            last.end = text.len();
+        }
+        Ok(out)
+    }
+}
+
+fn config_max_positions(path: &Path, bytes: &[u8]) -> Result<usize> {
+    #[derive(Deserialize)]
+    struct Positions {
+        max_position_embeddings: usize,
+    }
+    Ok(parse::<Positions>(path, bytes)?.max_position_embeddings)
+}
+
+fn normalised(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    // sentence-transformers divides by max(norm, 1e-12).
+    let norm = norm.max(1e-12);
+    for x in &mut v {
+        *x /= norm;
+    }
+    v
+}
+
+fn model_id(dir: &Path, config: &[u8], tokenizer: &[u8], weights: &Path) -> Result<String> {
+    let io = |source| EmbedError::Read {
+        path: weights.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(weights).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    let mut head = Vec::with_capacity(1 << 16);
+    file.take(1 << 16).read_to_end(&mut head).map_err(io)?;
+    let mut hash = Sha256::new();
+    for part in [config, tokenizer, &size.to_le_bytes(), &head] {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    }
+    let digest = hash.finalize();
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let name = dir
+        .file_name()
+        .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+    Ok(format!("{name}@{hex}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalising_keeps_direction_and_survives_zero() {
+        let v = normalised(vec![3.0, 4.0]);
+        assert!((v[0] - 0.6).abs() < 1e-7 && (v[1] - 0.8).abs() < 1e-7);
+        assert_eq!(normalised(vec![0.0, 0.0]), vec![0.0, 0.0]);
+    }
+
+    const _: () = {
+        const fn shared<T: Send + Sync>() {}
+        shared::<Embedder>();
+    };
+}

@@ -1,0 +1,18 @@
+//! # lcm-embed
+//!
+//! Sentence embeddings in process, on the CPU, in pure Rust: a sentence-transformers model
+//! (BERT: all-MiniLM-L6-v2 is the tested one) loaded from a **directory**, never from the
+//! network, computed exactly as sentence-transformers computes them: the text tokenised and
+//! cut at the model's `max_seq_length`, BERT's last hidden states averaged over the real
+//! (non-padding) tokens, the mean divided by its L2 norm. A test holds the vectors within 1e-4
+//! of the Python package's on a committed fixture.
+//!
+//! - [`Embedder`]: load, [`Embedder::embed`] texts in batches, [`Embedder::chunks`] to cut a
+//!   long text into pieces the model reads whole.
+//!
+//! Architecture invariant: this crate knows models, not lcm's data: it takes text and returns
+//! vectors; the index that keeps them is `lcm-search`'s.
+
+mod embedder;
+
+pub use embedder::{EmbedError, EmbedOptions, Embedder};

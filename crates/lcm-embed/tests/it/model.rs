@@ -1,0 +1,172 @@
+//! The real all-MiniLM-L6-v2 against sentence-transformers' own vectors, and the loader's
+//! errors.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use lcm_embed::{EmbedError, EmbedOptions, Embedder};
+
+/// The model directory from `../shared/tools/embed-model/setup.sh`, or `None` (with a
+/// message) when it cannot be had.
+fn model_dir() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/tools/embed-model/setup.sh");
+        if !setup.exists() {
+            eprintln!("skipping: {} is absent", setup.display());
+            return None;
+        }
+        match std::process::Command::new(&setup).output() {
+            Ok(out) if out.status.success() => {
+                let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                Some(PathBuf::from(path))
+            }
+            Ok(out) => {
+                eprintln!(
+                    "skipping: the embedding model could not be set up: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("skipping: cannot run {}: {e}", setup.display());
+                None
+            }
+        }
+    })
+    .clone()
+}
+
+fn embedder() -> Option<&'static Embedder> {
+    static MODEL: OnceLock<Option<Embedder>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let dir = model_dir()?;
+            Some(Embedder::load(&dir, EmbedOptions::default()).expect("load the model"))
+        })
+        .as_ref()
+}
+
+#[derive(serde::Deserialize)]
+struct Reference {
+    texts: Vec<String>,
+    vectors: Vec<Vec<f32>>,
+}
+
+fn reference() -> Reference {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn vectors_equal_sentence_transformers_one_by_one_and_batched() {
+    let Some(model) = embedder() else { return };
+    let reference = reference();
+    assert!(reference.texts.len() >= 10);
+    assert_eq!(model.dimension(), 384);
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+    let batched = model.embed(&texts).unwrap();
+    let mut largest = 0f32;
+    for (i, text) in texts.iter().enumerate() {
+        let alone = model.embed(&[text]).unwrap().remove(0);
+        let expected = &reference.vectors[i];
+        let d = max_difference(&alone, expected);
+        assert!(d < 1e-4, "text {i} alone differs by {d}: {text:?}");
+        largest = largest.max(d);
+        let d = max_difference(&batched[i], expected);
+        assert!(d < 1e-4, "text {i} in a batch differs by {d}: {text:?}");
+        largest = largest.max(d);
+        let norm: f32 = alone.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5);
+    }
+    eprintln!("largest difference from sentence-transformers: {largest:e}");
+}
+
+#[test]
+fn nearer_in_meaning_is_nearer_in_space() {
+    let Some(model) = embedder() else { return };
+    let v = model
+        .embed(&[
+            "How do I reset my password?",
+            "I forgot my login credentials",
+            "The weather is sunny today",
+        ])
+        .unwrap();
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    assert!(
+        dot(&v[0], &v[1]) > dot(&v[0], &v[2]) + 0.1,
+        "{} vs {}",
+        dot(&v[0], &v[1]),
+        dot(&v[0], &v[2])
+    );
+}
+
+#[test]
+fn chunks_cover_the_text_on_character_boundaries_within_the_token_limit() {
+    let Some(dir) = model_dir() else { return };
+    let model = Embedder::load(
+        &dir,
+        EmbedOptions {
+            max_tokens: 32,
+            ..EmbedOptions::default()
+        },
+    )
+    .unwrap();
+    let text: String = (0..200)
+        .map(|i| format!("Zeile {i}: naïve café — 東京 {i}. "))
+        .collect();
+    let chunks = model.chunks(&text).unwrap();
+    assert!(chunks.len() > 10, "{}", chunks.len());
+    assert_eq!(chunks[0].start, 0);
+    assert_eq!(chunks.last().unwrap().end, text.len());
+    for pair in chunks.windows(2) {
+        assert_eq!(pair[0].end, pair[1].start, "consecutive");
+    }
+    for c in &chunks {
+        assert!(text.is_char_boundary(c.start) && text.is_char_boundary(c.end));
+        // Each chunk, embedded alone, is read whole (32 pieces + 2 special tokens fit).
+        let pieces = model.chunks(&text[c.clone()]).unwrap();
+        assert_eq!(pieces.len(), 1, "chunk {c:?} re-cuts into {pieces:?}");
+    }
+    assert_eq!(model.chunks("short text").unwrap(), vec![0..10]);
+    assert!(model.chunks("").unwrap().is_empty());
+    assert!(model.chunks("   \n ").unwrap().is_empty());
+}
+
+#[test]
+fn a_broken_model_directory_is_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
+    assert!(matches!(err, EmbedError::Read { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("config.json") && text.contains("sentence-transformers"),
+        "{text}"
+    );
+
+    std::fs::write(tmp.path().join("config.json"), "{ not json").unwrap();
+    let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
+    assert!(matches!(err, EmbedError::Invalid { .. }), "{err:?}");
+    assert!(err.to_string().contains("config.json"), "{err}");
+
+    // A real configuration, but max pooling: refused rather than computed wrong.
+    let Some(dir) = model_dir() else { return };
+    std::fs::copy(dir.join("config.json"), tmp.path().join("config.json")).unwrap();
+    std::fs::create_dir(tmp.path().join("1_Pooling")).unwrap();
+    std::fs::write(
+        tmp.path().join("1_Pooling/config.json"),
+        r#"{"word_embedding_dimension": 384, "pooling_mode_max_tokens": true}"#,
+    )
+    .unwrap();
+    let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("mean pooling"), "{err}");
+}
