@@ -55,11 +55,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("lcm-llm", &["lcm-core"]),
     ("lcm-embed", &["lcm-core"]),
     ("lcm-store", &["lcm-core", "lcm-files"]),
-    ("lcm-search", &["lcm-core", "lcm-regex", "lcm-store"]),
+    (
+        "lcm-search",
+        &["lcm-core", "lcm-embed", "lcm-regex", "lcm-store"],
+    ),
     (
         "lcm-engine",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-files",
             "lcm-llm",
             "lcm-regex",
@@ -71,6 +75,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "lcm-server",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-engine",
             "lcm-llm",
             "lcm-regex",
@@ -81,6 +86,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "lcm-mcp",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-engine",
             "lcm-regex",
             "lcm-search",
@@ -91,6 +97,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "lcm-eval",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-engine",
             "lcm-files",
             "lcm-llm",
@@ -103,6 +110,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "lcm-cli",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-engine",
             "lcm-eval",
             "lcm-llm",
