@@ -15,4 +15,4 @@
 
 mod embedder;
 
-pub use embedder::{EmbedError, EmbedOptions, Embedder};
+pub use embedder::{EmbedError, EmbedOptions, Embedder, MAX_CHUNKED_BYTES};
