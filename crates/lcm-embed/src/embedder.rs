@@ -260,6 +260,23 @@ impl Embedder {
     /// as sentence-transformers does). Texts are batched by length, so a batch pads little;
     /// the order of the result is the order of `texts`.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Everything parallel runs in this embedder's pool: the tokenizer's batch encoding and
+        // candle's matrix products (gemm) and softmax are rayon work, which runs on the pool
+        // that `install` makes current. `threads` thus bounds the compute threads, and rayon's
+        // global pool is never started (tests/it/model.rs checks it).
+        self.pool.install(|| self.embed_in_pool(texts))
+    }
+
+    /// The threads of the pool the model computes on ([`EmbedOptions::threads`], 0 resolved to
+    /// the number of cores).
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    fn embed_in_pool(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let encodings = self
             .tokenizer
             .encode_batch(texts.to_vec(), true)
@@ -268,9 +285,7 @@ impl Embedder {
         order.sort_by_key(|&i| encodings[i].get_ids().len());
         let mut out = vec![Vec::new(); texts.len()];
         for batch in order.chunks(self.batch_size) {
-            let vectors = self.pool.install(|| {
-                self.forward(batch.iter().map(|&i| &encodings[i]).collect::<Vec<_>>())
-            })?;
+            let vectors = self.forward(batch.iter().map(|&i| &encodings[i]).collect())?;
             for (&i, v) in batch.iter().zip(vectors) {
                 out[i] = v;
             }
