@@ -169,6 +169,21 @@ fn a_broken_model_directory_is_refused_naming_the_file() {
     .unwrap();
     let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
     assert!(err.to_string().contains("mean pooling"), "{err}");
+
+    // A pipeline with a module that would change the vectors (a Dense projection): refused.
+    std::fs::write(
+        tmp.path().join("modules.json"),
+        r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+            {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+            {"idx":2,"name":"2","path":"2_Dense","type":"sentence_transformers.models.Dense"}]"#,
+    )
+    .unwrap();
+    let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("modules.json") && text.contains("Dense"),
+        "{text}"
+    );
 }
 
 #[test]
