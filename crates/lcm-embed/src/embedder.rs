@@ -32,12 +32,19 @@ pub enum EmbedError {
         "cannot read {path} (a sentence-transformers model directory needs config.json, model.safetensors, tokenizer.json and 1_Pooling/config.json): {source}"
     )]
     Read {
+        /// The file, inside the model directory.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// A file is there but not what a supported model holds.
     #[error("{path}: {detail}")]
-    Invalid { path: PathBuf, detail: String },
+    Invalid {
+        /// The file, inside the model directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The tokenizer failed on an input.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
