@@ -22,7 +22,7 @@ use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
-type Client = RunningService<RoleClient, ()>;
+pub(crate) type Client = RunningService<RoleClient, ()>;
 
 /// The extractive summariser (no model), small compaction spans so a few dozen messages
 /// compact, the temporary directory as the only map root, a short shutdown grace.
@@ -52,7 +52,7 @@ shutdown_grace_s = 2
 }
 
 /// `lcm mcp` on `data`, working in `session` if given.
-fn lcm_command(data: &Path, session: Option<&str>) -> tokio::process::Command {
+pub(crate) fn lcm_command(data: &Path, session: Option<&str>) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lcm"));
     cmd.arg("--data-dir")
         .arg(data)
@@ -65,7 +65,7 @@ fn lcm_command(data: &Path, session: Option<&str>) -> tokio::process::Command {
     cmd
 }
 
-async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
+pub(crate) async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
     let Value::Object(args) = args else {
         panic!("arguments must be an object")
     };
@@ -85,7 +85,7 @@ fn text(result: &CallToolResult) -> String {
 }
 
 /// The JSON answer of a successful call (its structured content, equal to its text).
-fn ok(name: &str, result: CallToolResult) -> Value {
+pub(crate) fn ok(name: &str, result: CallToolResult) -> Value {
     assert_eq!(result.is_error, Some(false), "{name}: {}", text(&result));
     let value = result
         .structured_content
@@ -414,7 +414,7 @@ async fn an_mcp_client_lists_and_calls_the_tools() {
 }
 
 /// Closes the client's connection and waits for `lcm mcp` to stop cleanly.
-async fn close(client: Client, mut stderr: tokio::process::ChildStderr) {
+pub(crate) async fn close(client: Client, mut stderr: tokio::process::ChildStderr) {
     client.cancel().await.expect("close");
     let mut log = String::new();
     tokio::time::timeout(Duration::from_secs(30), stderr.read_to_string(&mut log))

@@ -313,6 +313,10 @@ fn kill_9_while_embedding_loses_nothing_the_next_catch_up_embeds() {
     let semantic = data.index.semantic().unwrap();
     let survived = semantic.watermark().unwrap();
     assert!(survived.0 >= 32 && survived.0 < 601, "{survived:?}");
+    // What the crash left is consistent: everything below the watermark, nothing past it.
+    let check = semantic.check(&data.store).unwrap();
+    assert!(check.is_clean(), "{check:?}");
+    assert_eq!(check.message_watermark, survived.0);
     semantic
         .catch_up_until(&data.store, |_, _| {}, || false)
         .unwrap();
@@ -331,6 +335,95 @@ fn kill_9_while_embedding_loses_nothing_the_next_catch_up_embeds() {
         None,
     );
     assert!(text_of(&data, page.hits[0].message).contains("puppy"));
+}
+
+/// `lcm doctor` checks the vector index against the store; an index that claims more than the
+/// store holds is reported, and `--repair` rebuilds it (the store itself untouched).
+#[test]
+fn doctor_checks_the_vector_index_and_repair_rebuilds_it() {
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lcm");
+    let config_path = tmp.path().join("config.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[embeddings]\nmodel_dir = {}\nindex_batch = 64\n",
+            toml::Value::String(model.to_string_lossy().into_owned())
+        ),
+    )
+    .unwrap();
+    let config = Config::from_toml(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    let messages = {
+        let (data, _, _) = filled(&dir, &config);
+        let check = data.index.semantic().unwrap().check(&data.store).unwrap();
+        assert!(check.is_clean(), "{check:?}");
+        assert_eq!(check.message_watermark, 45);
+        assert!(check.message_chunks >= 45);
+        data.store.stats().unwrap().messages
+    };
+    let doctor = |repair: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lcm"));
+        cmd.arg("--data-dir")
+            .arg(&dir)
+            .arg("--config")
+            .arg(&config_path)
+            .args(["doctor", "--json"]);
+        if repair {
+            cmd.arg("--repair");
+        }
+        let out = cmd.output().unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (
+            out.status.success(),
+            report,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, report, _) = doctor(false);
+    assert!(ok, "{report}");
+    assert_eq!(
+        report["vectors"]["check"]["problems"],
+        serde_json::json!([])
+    );
+    assert_eq!(report["vectors"]["check"]["message_watermark"], 45);
+
+    // Damage: the manifest claims messages the store does not have.
+    let manifest_path = dir.join("vectors/manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    manifest["watermark"] = serde_json::json!(1000);
+    std::fs::write(&manifest_path, manifest.to_string()).unwrap();
+    let (ok, report, stderr) = doctor(false);
+    assert!(!ok, "{report}");
+    let problems = report["vectors"]["check"]["problems"].to_string();
+    assert!(
+        problems.contains("past the next message id 45"),
+        "{problems}"
+    );
+    assert!(stderr.contains("lcm doctor --repair"), "{stderr}");
+
+    let (ok, report, stderr) = doctor(true);
+    assert!(ok, "{report} {stderr}");
+    assert_eq!(report["vectors"]["rebuilt"], 45, "{report}");
+    assert_eq!(
+        report["vectors"]["after"]["problems"],
+        serde_json::json!([])
+    );
+    assert_eq!(report["vectors"]["after"]["message_watermark"], 45);
+    let data = DataDir::open(&dir, &config).unwrap();
+    assert_eq!(data.store.stats().unwrap().messages, messages);
+    let page = search(
+        &data,
+        GrepMode::Semantic,
+        "storage ran out of space",
+        Scope::default(),
+        None,
+    );
+    assert!(text_of(&data, page.hits[0].message).contains("disk"));
 }
 
 #[test]
@@ -382,4 +475,245 @@ fn without_a_model_the_modes_name_the_option_and_a_bad_model_says_what_is_wrong(
         "{text}"
     );
     assert_eq!(data.store.stats().unwrap().messages, 1);
+}
+
+/// The first hit of a `/v1/grep` answer and its group's region (`sum_N` or `raw_tail`).
+fn first_hit(found: &serde_json::Value) -> Option<(serde_json::Value, String)> {
+    found["groups"].as_array()?.iter().find_map(|g| {
+        let hit = g["hits"].as_array()?.first()?.clone();
+        Some((hit, g["region"].as_str()?.to_owned()))
+    })
+}
+
+/// `lcm serve` with a model: a session compacted until its history stands in summaries is
+/// still found by meaning through `/v1/grep` (semantic and hybrid, hits saying which search
+/// found them and their score), and its summaries are ranked by meaning too, page by page.
+#[test]
+fn over_http_a_compacted_session_is_found_by_meaning_and_so_are_its_summaries() {
+    use crate::serve::{http, spawn, stop_cleanly, wait_listening};
+    use serde_json::{Value, json};
+    use std::io::BufReader;
+    use std::time::{Duration, Instant};
+
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("config.toml"),
+        format!(
+            "[embeddings]\nmodel_dir = {}\nindex_batch = 64\n\n[compaction]\nfresh_tail = 2\n\
+             leaf_chunk_tokens = 300\nleaf_target_tokens = 80\n",
+            toml::Value::String(model.to_string_lossy().into_owned())
+        ),
+    )
+    .unwrap();
+    let mut child = spawn(&data, "127.0.0.1:0");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let (_, addr) = wait_listening(&mut stderr);
+    let post = |path: &str, body: Value| -> Value {
+        let (status, text) = http(addr, "POST", path, None, &body.to_string());
+        assert!((200..300).contains(&status), "{path}: {status} {text}");
+        serde_json::from_str(&text).unwrap()
+    };
+
+    post("/v1/sessions", json!({"key": "travel"}));
+    // The facts early in the history, where compaction replaces them by summaries.
+    let mut batch: Vec<Value> = FACTS
+        .iter()
+        .map(|f| json!({"role": "assistant", "content": f}))
+        .collect();
+    batch.extend((0..44).map(|i| json!({"role": "user", "content": filler(i)})));
+    post("/v1/sessions/travel/messages", json!(batch));
+    // A budget far below the history: the session compacts until it fits.
+    let (status, text) = http(
+        addr,
+        "GET",
+        "/v1/sessions/travel/context?budget=700",
+        None,
+        "",
+    );
+    assert_eq!(status, 200, "{text}");
+    let context: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        context["tokens"].as_u64().unwrap() <= 700,
+        "the context fits its budget: {context}"
+    );
+    assert!(
+        !context["summaries"].as_array().unwrap().is_empty(),
+        "{context}"
+    );
+
+    // Embedding runs in the background: wait until both the fact and a summary are found.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let (fact, fact_region, summaries) = loop {
+        let fact = post(
+            "/v1/grep",
+            json!({"pattern": "storage ran out of space", "mode": "semantic", "limit": 3}),
+        );
+        let summaries = post(
+            "/v1/grep",
+            json!({"pattern": "status of the quarterly report", "mode": "semantic",
+                   "scope": "summaries", "limit": 1}),
+        );
+        if let (Some((hit, region)), Some(_)) = (first_hit(&fact), first_hit(&summaries))
+            && hit["snippet"].as_str().unwrap().contains("disk")
+        {
+            break (hit, region, summaries);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not found by meaning in time: {fact} {summaries}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Found by meaning although no word of the query is in it, inside a summary's span.
+    assert_eq!(fact["found_by"], json!(["semantic"]), "{fact}");
+    let score = fact["score"].as_f64().unwrap();
+    assert!(score > 0.2 && score <= 1.0, "{fact}");
+    assert!(fact_region.starts_with("sum_"), "{fact_region}");
+
+    // Hybrid: words and meaning, a hit found by both says so.
+    let hybrid = post(
+        "/v1/grep",
+        json!({"pattern": "flight delayed storm", "mode": "hybrid", "limit": 3}),
+    );
+    let (top, _) = first_hit(&hybrid).unwrap();
+    assert!(top["snippet"].as_str().unwrap().contains("Lisbon"), "{top}");
+    assert_eq!(top["found_by"], json!(["full_text", "semantic"]), "{top}");
+
+    // Summaries by meaning, one a page: the cursor walks every summary once, best first.
+    let (first, _) = first_hit(&summaries).unwrap();
+    assert_eq!(first["type"], "summary", "{first}");
+    assert!(
+        first["found_by"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("semantic")),
+        "{first}"
+    );
+    let mut seen = vec![first["id"].as_str().unwrap().to_owned()];
+    let mut scores = vec![first["score"].as_f64().unwrap()];
+    let mut page = summaries;
+    while let Some(cursor) = page["next_cursor"].as_str().map(str::to_owned) {
+        page = post(
+            "/v1/grep",
+            json!({"pattern": "status of the quarterly report", "mode": "semantic",
+                   "scope": "summaries", "limit": 1, "cursor": cursor}),
+        );
+        let (hit, _) = first_hit(&page).unwrap();
+        seen.push(hit["id"].as_str().unwrap().to_owned());
+        scores.push(hit["score"].as_f64().unwrap());
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "no summary twice: {seen:?}");
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    let every = post(
+        "/v1/grep",
+        json!({"pattern": ".", "mode": "regex", "scope": "summaries", "limit": 100}),
+    );
+    let stored: usize = every["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["hits"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(
+        seen.len(),
+        stored,
+        "every summary is embedded and found: {every}"
+    );
+
+    // A bad cursor is refused with a clear message.
+    let (status, text) = http(
+        addr,
+        "POST",
+        "/v1/grep",
+        None,
+        &json!({"pattern": "x", "mode": "semantic", "scope": "summaries",
+                "cursor": "lg1.0.s.1"})
+        .to_string(),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("cursor"), "{text}");
+    stop_cleanly(&mut child, stderr);
+}
+
+/// `lcm mcp` with a model: an MCP client appends a history and finds it by meaning through
+/// lcm_grep (semantic and hybrid), the hits saying which search found them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_searches_by_meaning() {
+    use crate::mcp::{Client, call, close, lcm_command, ok};
+    use rmcp::ServiceExt;
+    use rmcp::transport::TokioChildProcess;
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("config.toml"),
+        format!(
+            "[embeddings]\nmodel_dir = {}\n",
+            toml::Value::String(model.to_string_lossy().into_owned())
+        ),
+    )
+    .unwrap();
+    let (transport, stderr) = TokioChildProcess::builder(lcm_command(&data, Some("pets")))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn lcm mcp");
+    let client: Client = ().serve(transport).await.expect("initialize");
+    let messages: Vec<_> = FACTS
+        .iter()
+        .map(|f| json!({"role": "user", "content": f}))
+        .chain((0..10).map(|i| json!({"role": "assistant", "content": filler(i)})))
+        .collect();
+    ok(
+        "lcm_append",
+        call(&client, "lcm_append", json!({"messages": messages})).await,
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let top = loop {
+        let found = ok(
+            "lcm_grep",
+            call(
+                &client,
+                "lcm_grep",
+                json!({"pattern": "a dog joined the family", "mode": "semantic", "limit": 2}),
+            )
+            .await,
+        );
+        let top = found["groups"][0]["hits"][0].clone();
+        if top["snippet"].as_str().is_some_and(|s| s.contains("puppy")) {
+            break top;
+        }
+        assert!(Instant::now() < deadline, "not found by meaning: {found}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(top["found_by"], json!(["semantic"]), "{top}");
+    assert!(top["score"].as_f64().is_some_and(|s| s > 0.2), "{top}");
+
+    let found = ok(
+        "lcm_grep",
+        call(
+            &client,
+            "lcm_grep",
+            json!({"pattern": "tomato soup lunch", "mode": "hybrid", "limit": 2}),
+        )
+        .await,
+    );
+    let top = &found["groups"][0]["hits"][0];
+    assert!(top["snippet"].as_str().unwrap().contains("tomato"), "{top}");
+    assert_eq!(top["found_by"], json!(["full_text", "semantic"]), "{top}");
+    close(client, stderr.expect("stderr")).await;
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn spawn(data_dir: &Path, bind: &str) -> Child {
+pub(crate) fn spawn(data_dir: &Path, bind: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_lcm"))
         .arg("--data-dir")
         .arg(data_dir)
@@ -24,7 +24,7 @@ fn spawn(data_dir: &Path, bind: &str) -> Child {
 }
 
 /// Reads stderr until the `listening on http://ADDR` line; every line read before it, and ADDR.
-fn wait_listening(stderr: &mut BufReader<ChildStderr>) -> (Vec<String>, SocketAddr) {
+pub(crate) fn wait_listening(stderr: &mut BufReader<ChildStderr>) -> (Vec<String>, SocketAddr) {
     let mut lines = Vec::new();
     loop {
         let mut line = String::new();
@@ -40,7 +40,7 @@ fn wait_listening(stderr: &mut BufReader<ChildStderr>) -> (Vec<String>, SocketAd
 }
 
 /// One HTTP/1.1 request; the status code and the body.
-fn http(
+pub(crate) fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -93,7 +93,7 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
 }
 
 /// SIGTERM, then: the exit status is success (else the test fails with the rest of stderr).
-fn stop_cleanly(child: &mut Child, mut stderr: impl BufRead) {
+pub(crate) fn stop_cleanly(child: &mut Child, mut stderr: impl BufRead) {
     let status = terminate(child);
     let mut rest = String::new();
     let _ = stderr.read_to_string(&mut rest);

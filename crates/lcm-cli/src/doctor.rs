@@ -2,11 +2,13 @@
 //!
 //! Prints what the check covered and every violation (kind, subject, proposed repair, detail);
 //! with `--repair` it applies the safe repairs, checks again and prints what changed. The exit
-//! code is non-zero while violations remain.
+//! code is non-zero while violations remain. With an embedding model configured it also checks
+//! the vector index against the store, and `--repair` rebuilds it when it is wrong.
 
 use anyhow::{Result, bail};
 use clap::Args;
 use lcm_search::DataDir;
+use lcm_search::semantic::VectorCheck;
 use lcm_store::integrity::{IntegrityReport, RepairReport, check, repair};
 
 use crate::App;
@@ -35,12 +37,14 @@ pub fn doctor(app: &App, args: &DoctorArgs) -> Result<()> {
         repaired = Some((done, after));
     }
     let remaining = repaired.as_ref().map_or(&report, |(_, after)| after);
+    let vectors = vectors_checked(app, &data, args.repair)?;
 
     if app.json {
         print_json(&serde_json::json!({
             "check": report,
             "repair": repaired.as_ref().map(|(r, _)| r),
             "after": repaired.as_ref().map(|(_, a)| a),
+            "vectors": vectors,
         }))?;
     } else {
         print_report(&report);
@@ -51,6 +55,21 @@ pub fn doctor(app: &App, args: &DoctorArgs) -> Result<()> {
             print_violations(after);
         }
         print_summary(remaining, args.repair);
+        if let Some(vectors) = &vectors {
+            print_vectors(vectors, args.repair);
+        }
+    }
+    if let Some(VectorsChecked { after, .. }) = &vectors
+        && !after.is_clean()
+    {
+        bail!(
+            "the vector index is wrong{}",
+            if args.repair {
+                " after its rebuild"
+            } else {
+                ": run `lcm doctor --repair` to rebuild it"
+            }
+        );
     }
 
     if !remaining.is_clean() {
@@ -168,5 +187,71 @@ fn print_summary(remaining: &IntegrityReport, repaired: bool) {
             "{} without a safe repair: see each detail for what to do",
             thousands(manual as u64)
         );
+    }
+}
+
+/// The vector index's check, and after a rebuild (`--repair`) the check again.
+#[derive(serde::Serialize)]
+struct VectorsChecked {
+    check: VectorCheck,
+    /// Messages and summaries embedded again by the rebuild, if one ran.
+    rebuilt: Option<u64>,
+    after: VectorCheck,
+}
+
+/// Checks the vector index when a model is configured (`None` otherwise); with `repair`, a
+/// wrong index is rebuilt from the store and checked again.
+fn vectors_checked(app: &App, data: &DataDir, repair: bool) -> Result<Option<VectorsChecked>> {
+    let Some(semantic) = data.index.semantic() else {
+        return Ok(None);
+    };
+    let progress = spinner(app.quiet, "checking the vector index");
+    let check = semantic.check(&data.store);
+    progress.finish_and_clear();
+    let check = check?;
+    if check.is_clean() || !repair {
+        return Ok(Some(VectorsChecked {
+            after: check.clone(),
+            check,
+            rebuilt: None,
+        }));
+    }
+    let progress = spinner(app.quiet, "rebuilding the vector index");
+    let rebuilt = semantic.rebuild_until(&data.store, |_, _| {}, || false);
+    progress.finish_and_clear();
+    let rebuilt = rebuilt?;
+    let after = semantic.check(&data.store)?;
+    Ok(Some(VectorsChecked {
+        check,
+        rebuilt: Some(rebuilt),
+        after,
+    }))
+}
+
+fn print_vectors(vectors: &VectorsChecked, repaired: bool) {
+    let c = &vectors.check;
+    println!();
+    println!(
+        "vector index ({}): {} chunks of messages below {}, {} chunks of summaries below {}",
+        c.model_id,
+        thousands(c.message_chunks),
+        thousands(c.message_watermark),
+        thousands(c.summary_chunks),
+        thousands(c.summary_watermark),
+    );
+    for problem in &c.problems {
+        println!("    {problem}");
+    }
+    match vectors.rebuilt {
+        Some(n) => {
+            println!("rebuilt: {} messages and summaries embedded", thousands(n));
+            for problem in &vectors.after.problems {
+                println!("    still: {problem}");
+            }
+        }
+        None if !c.is_clean() && !repaired => {
+            println!("the vector index is derived: run `lcm doctor --repair` to rebuild it");
+        }
+        None => {}
     }
 }

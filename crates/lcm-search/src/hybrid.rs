@@ -23,15 +23,19 @@ use crate::index::SearchIndex;
 /// Messages each side of a hybrid search ranks (at least).
 pub const POOL: usize = 100;
 
-/// One fused candidate.
+/// One fused candidate: a message (or, for summaries, a summary) and its fused score.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Fused {
-    pub message: MessageId,
+pub struct Fused<K> {
+    pub id: K,
     pub score: f32,
+    /// Whether the words found it.
     pub by_words: bool,
     /// The best chunk, when the embeddings found it.
     pub chunk: Option<(u32, u32)>,
 }
+
+/// A message found by meaning: its id, cosine similarity and best chunk.
+type Meaning = (MessageId, f32, (u32, u32));
 
 /// Min-max rescaled scores of one ranked list (all 1 when every score is equal).
 fn rescaled(scores: impl Iterator<Item = f32> + Clone) -> impl Fn(f32) -> f32 {
@@ -44,18 +48,20 @@ fn rescaled(scores: impl Iterator<Item = f32> + Clone) -> impl Fn(f32) -> f32 {
 }
 
 /// Fuses the words' ranking and the embeddings' (see the module doc); best first, ties by id.
-pub(crate) fn fuse(
-    words: &[(MessageId, f32)],
-    meaning: &[(MessageId, f32, (u32, u32))],
-) -> Vec<Fused> {
+/// `words` are ids with their words' score (BM25, or matches), `meaning` ids with their cosine
+/// similarity and best chunk.
+pub fn fuse<K: Copy + Eq + Ord + std::hash::Hash>(
+    words: &[(K, f32)],
+    meaning: &[(K, f32, (u32, u32))],
+) -> Vec<Fused<K>> {
     let by_words = rescaled(words.iter().map(|w| w.1));
     let by_meaning = rescaled(meaning.iter().map(|m| m.1));
-    let mut fused: HashMap<MessageId, Fused> = HashMap::new();
+    let mut fused: HashMap<K, Fused<K>> = HashMap::new();
     for &(message, score) in words {
         fused.insert(
             message,
             Fused {
-                message,
+                id: message,
                 score: by_words(score) / 2.0,
                 by_words: true,
                 chunk: None,
@@ -64,7 +70,7 @@ pub(crate) fn fuse(
     }
     for &(message, score, chunk) in meaning {
         let entry = fused.entry(message).or_insert(Fused {
-            message,
+            id: message,
             score: 0.0,
             by_words: false,
             chunk: None,
@@ -72,8 +78,8 @@ pub(crate) fn fuse(
         entry.score += by_meaning(score) / 2.0;
         entry.chunk = Some(chunk);
     }
-    let mut out: Vec<Fused> = fused.into_values().collect();
-    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.message.cmp(&b.message)));
+    let mut out: Vec<Fused<K>> = fused.into_values().collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
     out
 }
 
@@ -101,28 +107,31 @@ pub(crate) fn ranked_by_meaning(
     };
     let wanted = offset + limit + 1;
     let scope = &request.scope;
-    let meaning: Vec<(MessageId, f32, (u32, u32))> = semantic
-        .search(
-            &request.pattern,
-            if request.mode == GrepMode::Hybrid {
-                wanted.max(POOL)
-            } else {
-                wanted
-            },
-            scope,
-            None,
-        )?
-        .into_iter()
-        .map(|h| (MessageId(h.message), h.score, h.chunk))
-        .collect();
-    let (ranked, strategy) = if request.mode == GrepMode::Hybrid {
-        let words = index.full_text(&request.pattern, scope, 0, wanted.max(POOL))?;
-        (fuse(&words.hits, &meaning), Strategy::Hybrid)
+    let hybrid = request.mode == GrepMode::Hybrid;
+    let by_meaning = || -> Result<Vec<Meaning>> {
+        let k = if hybrid { wanted.max(POOL) } else { wanted };
+        Ok(semantic
+            .search(&request.pattern, k, scope, None)?
+            .into_iter()
+            .map(|h| (MessageId(h.message), h.score, h.chunk))
+            .collect())
+    };
+    let (ranked, strategy) = if hybrid {
+        // The words' side runs beside the model embedding the query (the longest step).
+        let (meaning, words) = std::thread::scope(|s| {
+            let words = s.spawn(|| index.full_text(&request.pattern, scope, 0, wanted.max(POOL)));
+            let meaning = by_meaning();
+            let words = words
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (meaning, words)
+        });
+        (fuse(&words?.hits, &meaning?), Strategy::Hybrid)
     } else {
-        let alone = meaning
-            .iter()
-            .map(|&(message, score, chunk)| Fused {
-                message,
+        let alone = by_meaning()?
+            .into_iter()
+            .map(|(message, score, chunk)| Fused {
+                id: message,
                 score,
                 by_words: false,
                 chunk: Some(chunk),
@@ -135,7 +144,7 @@ pub(crate) fn ranked_by_meaning(
     let reader = store.reader()?;
     let mut hits = Vec::with_capacity(limit);
     for f in ranked.iter().skip(offset).take(limit) {
-        let Some(m) = reader.try_message(f.message)? else {
+        let Some(m) = reader.try_message(f.id)? else {
             continue;
         };
         let text = m.search_text();
@@ -230,13 +239,13 @@ mod tests {
             (MessageId(1), 0.5, (0, 3)),
         ];
         let fused = fuse(&words, &meaning);
-        let order: Vec<u64> = fused.iter().map(|f| f.message.0).collect();
+        let order: Vec<u64> = fused.iter().map(|f| f.id.0).collect();
         // 1: (1 + 0)/2; 3: (0 + 1)/2; 2: (0.5 + 0)/2; 4: (0 + 0.5)/2. Ties by id.
         assert_eq!(order, [1, 3, 2, 4]);
         assert!((fused[0].score - 0.5).abs() < 1e-6);
         assert!(fused[0].by_words && fused[0].chunk == Some((0, 3)));
         assert!(!fused[3].by_words && fused[3].chunk == Some((5, 9)));
         assert_eq!(fused[2].chunk, None);
-        assert!(fuse(&[], &[]).is_empty());
+        assert!(fuse::<MessageId>(&[], &[]).is_empty());
     }
 }

@@ -6,6 +6,8 @@
 //! - [`mod@grep`]: regex and full-text search over the index and the store's records, complete
 //!   and exact, with scopes, snippets and cursors.
 //! - [`word_tokens`]: how text is cut into words for full-text search.
+//! - [`semantic`], [`vectors`]: search by meaning (an embedding model, the vector index of
+//!   messages and summaries); [`fuse`] joins a ranking by words and one by meaning (`hybrid`).
 //! - [`data_dir`]: a data directory, the store file and the index beside it.
 //!
 //! Architecture invariant: this crate reads stored messages only through the store's record
@@ -24,6 +26,7 @@ pub mod word_tokens;
 
 pub use data_dir::DataDir;
 pub use grep::{GrepHit, GrepMode, GrepPage, GrepRequest, Scope, Strategy, grep};
+pub use hybrid::{Fused, POOL as HYBRID_POOL, fuse};
 pub use index::SearchIndex;
 
 /// Trigram plans of a regex ([`lcm_regex::trigram`]).

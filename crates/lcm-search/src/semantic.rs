@@ -11,13 +11,19 @@
 //!
 //! Messages above the watermark are not found by meaning until they are embedded; a hybrid
 //! search still finds them by their words.
+//!
+//! **Summaries** are embedded too, into a second vector index (`vectors/summaries/`, keyed by
+//! summary id, with its own watermark: summary ids are dense and a summary never changes), after
+//! the messages. [`Semantic::search_summaries`] ranks them by meaning: what `lcm_grep` searches
+//! with `scope: "summaries"` in the semantic and hybrid modes, and what `lcm_expand_query`
+//! reads first.
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
 
 use lcm_core::config::EmbeddingsConfig;
-use lcm_core::ids::MessageId;
+use lcm_core::ids::{MessageId, SummaryId};
 use lcm_embed::{EmbedOptions, Embedder};
 use lcm_store::error::{Result, StoreError};
 use lcm_store::store::Store;
@@ -29,10 +35,19 @@ use crate::vectors::{Opened, VectorEntry, VectorFilter, VectorHit, VectorIndex};
 /// of the words index keeps the embeddings, which cost far more to make).
 pub const VECTORS_DIR: &str = "vectors";
 
-/// The model and the vector index, once loaded.
+/// Directory name of the summaries' vector index, inside [`VECTORS_DIR`].
+pub const SUMMARIES_DIR: &str = "summaries";
+
+/// Summaries embedded per commit, at most (a summary is longer than most messages).
+const SUMMARY_BATCH: u64 = 256;
+
+/// The model and the vector indexes, once loaded.
 struct Loaded {
     embedder: Embedder,
+    /// Chunks of messages, by message id.
     vectors: RwLock<VectorIndex>,
+    /// Chunks of summaries, by summary id (`VectorEntry::message` holds the summary id).
+    summaries: RwLock<VectorIndex>,
 }
 
 /// Semantic search over one data directory (see the module doc).
@@ -88,9 +103,20 @@ impl Semantic {
             if let Opened::Rebuilt(why) = &opened {
                 tracing::info!(%why, "the vector index starts empty and is rebuilt from the store");
             }
+            let (summaries, opened) = VectorIndex::open(
+                &self.dir.join(SUMMARIES_DIR),
+                embedder.dimension(),
+                embedder.model_id(),
+                self.writable,
+            )
+            .map_err(|e| e.to_string())?;
+            if let Opened::Rebuilt(why) = &opened {
+                tracing::info!(%why, "the summaries' vector index starts empty and is rebuilt from the store");
+            }
             Ok(Loaded {
                 embedder,
                 vectors: RwLock::new(vectors),
+                summaries: RwLock::new(summaries),
             })
         });
         loaded
@@ -113,7 +139,33 @@ impl Semantic {
         Ok(MessageId(vectors.watermark()))
     }
 
-    /// Embedded chunks (a message has one or more).
+    /// Every summary below this id is embedded.
+    pub fn summary_watermark(&self) -> Result<SummaryId> {
+        let loaded = self.loaded()?;
+        let summaries = loaded
+            .summaries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(SummaryId(summaries.watermark()))
+    }
+
+    /// Whether messages or summaries of `store` are not embedded yet.
+    pub fn is_behind(&self, store: &Store) -> Result<bool> {
+        Ok(self.watermark()? < store.next_message_id()?
+            || self.summary_watermark()? < store.next_summary_id()?)
+    }
+
+    /// Embedded chunks of summaries.
+    pub fn summary_chunk_count(&self) -> Result<usize> {
+        let loaded = self.loaded()?;
+        let summaries = loaded
+            .summaries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(summaries.len())
+    }
+
+    /// Embedded chunks of messages (a message has one or more).
     pub fn chunk_count(&self) -> Result<usize> {
         let loaded = self.loaded()?;
         let vectors = loaded
@@ -124,8 +176,9 @@ impl Semantic {
     }
 
     /// Embeds every message from the watermark to the store's end, committing every
-    /// `index_batch` messages; `progress(done, total)` after each commit; stops after a commit
-    /// when `stop()` says so. Returns the messages embedded.
+    /// `index_batch` messages, then every summary from the summaries' watermark on;
+    /// `progress(done, total)` after each commit (messages and summaries counted together);
+    /// stops after a commit when `stop()` says so. Returns the messages and summaries embedded.
     pub fn catch_up_until(
         &self,
         store: &Store,
@@ -139,7 +192,9 @@ impl Semantic {
             .unwrap_or_else(PoisonError::into_inner);
         let start = self.watermark()?.0;
         let end = store.next_message_id()?.0;
-        let total = end.saturating_sub(start);
+        let summaries_start = self.summary_watermark()?.0;
+        let summaries_end = store.next_summary_id()?.0;
+        let total = end.saturating_sub(start) + summaries_end.saturating_sub(summaries_start);
         let mut done = 0u64;
         let mut from = start;
         while from < end {
@@ -149,10 +204,66 @@ impl Semantic {
             from = to;
             progress(done, total);
             if stop() {
+                return Ok(done);
+            }
+        }
+        let mut from = summaries_start;
+        let batch = (self.config.index_batch as u64).clamp(1, SUMMARY_BATCH);
+        while from < summaries_end {
+            let to = (from + batch).min(summaries_end);
+            self.embed_summaries(loaded, store, from, to)?;
+            done += to - from;
+            from = to;
+            progress(done, total);
+            if stop() {
                 break;
             }
         }
         Ok(done)
+    }
+
+    /// Embeds and commits the summaries `from..to`.
+    fn embed_summaries(&self, loaded: &Loaded, store: &Store, from: u64, to: u64) -> Result<()> {
+        let reader = store.reader()?;
+        let mut texts: Vec<&str> = Vec::new();
+        let mut entries: Vec<VectorEntry> = Vec::new();
+        let mut summaries = Vec::new();
+        for id in from..to {
+            match reader.summary(SummaryId(id)) {
+                Ok(s) => summaries.push(s),
+                // Ids are dense; a gap (damage the integrity check reports) is not embedded.
+                Err(StoreError::SummaryNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for s in &summaries {
+            let chunks = loaded
+                .embedder
+                .chunks(&s.content)
+                .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
+            for chunk in chunks {
+                entries.push(VectorEntry {
+                    message: s.id.0,
+                    session: s.session.0,
+                    created_at: s.earliest_at.0,
+                    role: 0,
+                    chunk: (chunk.start as u32, chunk.end as u32),
+                });
+                texts.push(&s.content[chunk]);
+            }
+        }
+        let vectors = loaded
+            .embedder
+            .embed(&texts)
+            .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
+        let mut index = loaded
+            .summaries
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (entry, vector) in entries.into_iter().zip(vectors) {
+            index.push(entry, vector)?;
+        }
+        index.commit(to)
     }
 
     /// Embeds and commits the messages `from..to`.
@@ -210,11 +321,12 @@ impl Semantic {
     ) -> Result<u64> {
         {
             let loaded = self.loaded()?;
-            let mut index = loaded
-                .vectors
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            index.clear()?;
+            for index in [&loaded.vectors, &loaded.summaries] {
+                index
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear()?;
+            }
         }
         self.catch_up_until(store, progress, stop)
     }
@@ -228,12 +340,7 @@ impl Semantic {
         messages: Option<&(dyn Fn(u64) -> bool + Sync)>,
     ) -> Result<Vec<VectorHit>> {
         let loaded = self.loaded()?;
-        let query = loaded
-            .embedder
-            .embed(&[query])
-            .map_err(|e| StoreError::InvalidQuery(e.to_string()))?
-            .pop()
-            .unwrap_or_default();
+        let query = embed_query(loaded, query)?;
         let filter = VectorFilter {
             session: scope.session.map(|s| s.0),
             roles: scope.roles.iter().map(|r| r.code() as u8).collect(),
@@ -247,4 +354,185 @@ impl Semantic {
             .unwrap_or_else(PoisonError::into_inner);
         Ok(vectors.search(&query, k, &filter))
     }
+
+    /// The `k` embedded summaries nearest `query` in meaning, best first (by their best
+    /// chunk; [`VectorHit::message`] is the summary id), among those of `session` (all when
+    /// `None`) that `summaries` says yes to, applied before ranking.
+    pub fn search_summaries(
+        &self,
+        query: &str,
+        k: usize,
+        session: Option<lcm_core::ids::SessionId>,
+        summaries: Option<&(dyn Fn(u64) -> bool + Sync)>,
+    ) -> Result<Vec<VectorHit>> {
+        let loaded = self.loaded()?;
+        let query = embed_query(loaded, query)?;
+        let filter = VectorFilter {
+            session: session.map(|s| s.0),
+            messages: summaries,
+            ..VectorFilter::default()
+        };
+        let index = loaded
+            .summaries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(index.search(&query, k, &filter))
+    }
+}
+
+/// What [`Semantic::check`] found: the vector indexes against the store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct VectorCheck {
+    /// The model the vectors are of.
+    pub model_id: String,
+    /// Messages below this id are embedded.
+    pub message_watermark: u64,
+    pub message_chunks: u64,
+    /// Summaries below this id are embedded.
+    pub summary_watermark: u64,
+    pub summary_chunks: u64,
+    /// What is wrong, one sentence each; `lcm doctor --repair` rebuilds the vectors.
+    pub problems: Vec<String>,
+}
+
+impl VectorCheck {
+    /// Whether nothing is wrong.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Walks `entries` (sorted by id) beside the ids `0..watermark` of the store, in order: each
+/// id with text must have a chunk, each chunk must lie in its text, no entry may be left over.
+struct Coverage<'a> {
+    what: &'static str,
+    entries: &'a [VectorEntry],
+    at: usize,
+    missing: u64,
+    first_missing: Option<u64>,
+    bad_chunks: u64,
+}
+
+impl<'a> Coverage<'a> {
+    fn new(what: &'static str, entries: &'a [VectorEntry]) -> Self {
+        Coverage {
+            what,
+            entries,
+            at: 0,
+            missing: 0,
+            first_missing: None,
+            bad_chunks: 0,
+        }
+    }
+
+    fn visit(&mut self, id: u64, text: &str) {
+        let start = self.at;
+        while let Some(e) = self.entries.get(self.at).filter(|e| e.message == id) {
+            let (from, to) = (e.chunk.0 as usize, e.chunk.1 as usize);
+            if from >= to || to > text.len() {
+                self.bad_chunks += 1;
+            }
+            self.at += 1;
+        }
+        if self.at == start && !text.trim().is_empty() {
+            self.missing += 1;
+            self.first_missing.get_or_insert(id);
+        }
+    }
+
+    fn finish(self, problems: &mut Vec<String>) {
+        let what = self.what;
+        if self.missing > 0 {
+            problems.push(format!(
+                "{} {what}s below the watermark have no vector (the first: {})",
+                self.missing,
+                self.first_missing.unwrap_or_default()
+            ));
+        }
+        if self.bad_chunks > 0 {
+            problems.push(format!(
+                "{} chunks lie outside their {what}'s text",
+                self.bad_chunks
+            ));
+        }
+        let stray = self.entries.len() - self.at;
+        if stray > 0 {
+            problems.push(format!(
+                "{stray} vectors stand for no {what} below the watermark (or out of order)"
+            ));
+        }
+    }
+}
+
+impl Semantic {
+    /// Checks the vector indexes against `store`: watermarks within the store, every message
+    /// and summary with text below its watermark embedded, no vector for anything else, every
+    /// chunk inside its text. A model that cannot be loaded is an error. Waits for a running
+    /// catch-up (one at a time).
+    pub fn check(&self, store: &Store) -> Result<VectorCheck> {
+        let loaded = self.loaded()?;
+        let _one = self
+            .catching_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let next_message = store.next_message_id()?.0;
+        let next_summary = store.next_summary_id()?.0;
+        let vectors = loaded
+            .vectors
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let summaries = loaded
+            .summaries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut report = VectorCheck {
+            model_id: vectors.model_id().to_string(),
+            message_watermark: vectors.watermark(),
+            message_chunks: vectors.len() as u64,
+            summary_watermark: summaries.watermark(),
+            summary_chunks: summaries.len() as u64,
+            problems: Vec::new(),
+        };
+        let reader = store.reader()?;
+        if vectors.watermark() > next_message {
+            report.problems.push(format!(
+                "the message vectors' watermark {} is past the next message id {next_message}",
+                vectors.watermark()
+            ));
+        } else {
+            let mut coverage = Coverage::new("message", vectors.entries());
+            reader.for_each_message(MessageId(0)..MessageId(vectors.watermark()), |m| {
+                coverage.visit(m.id.0, &m.search_text());
+                ControlFlow::Continue(())
+            })?;
+            coverage.finish(&mut report.problems);
+        }
+        if summaries.watermark() > next_summary {
+            report.problems.push(format!(
+                "the summary vectors' watermark {} is past the next summary id {next_summary}",
+                summaries.watermark()
+            ));
+        } else {
+            let mut coverage = Coverage::new("summary", summaries.entries());
+            for id in 0..summaries.watermark() {
+                match reader.summary(SummaryId(id)) {
+                    Ok(s) => coverage.visit(id, &s.content),
+                    Err(StoreError::SummaryNotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            coverage.finish(&mut report.problems);
+        }
+        Ok(report)
+    }
+}
+
+/// The query's embedding.
+fn embed_query(loaded: &Loaded, query: &str) -> Result<Vec<f32>> {
+    Ok(loaded
+        .embedder
+        .embed(&[query])
+        .map_err(|e| StoreError::InvalidQuery(e.to_string()))?
+        .pop()
+        .unwrap_or_default())
 }

@@ -30,12 +30,14 @@
 //! the best chunk of each message is kept. An index small enough is searched exactly (every
 //! entry in scope rescored), which is also what [`VectorIndex::search_exact`] does.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use lcm_store::error::{Result, StoreError};
 use memmap2::Mmap;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Bumped when a file's layout changes: an index of another format is rebuilt.
@@ -45,10 +47,16 @@ const META: &str = "meta.bin";
 const CODES: &str = "codes.bin";
 const INT8: &str = "int8.bin";
 const META_LEN: usize = 40;
-/// Candidates of the first pass per hit asked for.
-pub const OVERSAMPLE: usize = 16;
-/// Fewer entries in scope than this are rescored exactly, without a first pass.
+/// Candidates of the first pass per hit asked for: at a million entries, 128 keeps the best
+/// ten of the exact int8 scan (docs/PERFORMANCE.md, "Hybrid recall"), and rescoring them costs
+/// little beside the first pass.
+pub const OVERSAMPLE: usize = 128;
+/// Fewer entries than this are rescored exactly, without a first pass.
 pub const EXACT_BELOW: usize = 20_000;
+/// Entries whose first-pass distances one task computes.
+const DISTANCE_BLOCK: usize = 64 * 1024;
+/// Candidates from which rescoring runs on every core.
+const PARALLEL_RESCORE: usize = 4096;
 
 /// One embedded chunk of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +82,15 @@ pub struct VectorFilter<'a> {
 }
 
 impl VectorFilter<'_> {
+    /// Whether the filter lets every entry through.
+    fn is_everything(&self) -> bool {
+        self.session.is_none()
+            && self.roles.is_empty()
+            && self.since.is_none()
+            && self.before.is_none()
+            && self.messages.is_none()
+    }
+
     fn admits(&self, e: &VectorEntry) -> bool {
         self.session.is_none_or(|s| s == e.session)
             && (self.roles.is_empty() || self.roles.contains(&e.role))
@@ -346,6 +363,11 @@ impl VectorIndex {
         self.watermark
     }
 
+    /// The committed entries, in the order they were pushed (by message id).
+    pub fn entries(&self) -> &[VectorEntry] {
+        &self.meta
+    }
+
     /// Committed entries (chunks, not messages).
     pub fn len(&self) -> usize {
         self.meta.len()
@@ -484,37 +506,38 @@ impl VectorIndex {
             return Vec::new();
         }
         let (q8, q_scale) = quantise(query);
-        let in_scope: Vec<usize> = (0..self.meta.len())
-            .filter(|&i| filter.admits(&self.meta[i]))
-            .collect();
         // A message has several chunks: keep enough candidates that k distinct messages
         // survive the grouping.
         let wanted = k.saturating_mul(oversample);
-        let candidates: Vec<usize> = if in_scope.len() <= wanted.max(EXACT_BELOW) {
-            in_scope
+        let exact_up_to = wanted.max(EXACT_BELOW);
+        let candidates = if filter.is_everything() {
+            if self.meta.len() <= exact_up_to {
+                (0..self.meta.len()).collect()
+            } else {
+                self.nearest_codes(&sign_code(query), None, wanted)
+            }
         } else {
-            let code = sign_code(query);
-            let words = self.dimension / 64;
-            let mut by_distance: Vec<(u32, usize)> = in_scope
-                .into_iter()
-                .map(|i| {
-                    let entry = &self.codes[i * words..(i + 1) * words];
-                    let d: u32 = entry
-                        .iter()
-                        .zip(&code)
-                        .map(|(a, b)| (a ^ b).count_ones())
-                        .sum();
-                    (d, i)
-                })
-                .collect();
-            let cut = wanted.min(by_distance.len());
-            by_distance.select_nth_unstable(cut - 1);
-            by_distance.truncate(cut);
-            by_distance.into_iter().map(|(_, i)| i).collect()
+            let in_scope = self.in_scope(filter);
+            if in_scope.len() <= exact_up_to {
+                in_scope
+            } else {
+                self.nearest_codes(&sign_code(query), Some(&in_scope), wanted)
+            }
         };
-        let mut best: std::collections::HashMap<u64, VectorHit> = std::collections::HashMap::new();
-        for i in candidates {
-            let score = self.rescore(i, &q8, q_scale);
+        // Rescoring reads the int8 vectors: spread over the cores when there are many.
+        let scored: Vec<(usize, f32)> = if candidates.len() >= PARALLEL_RESCORE {
+            candidates
+                .par_iter()
+                .map(|&i| (i, self.rescore(i, &q8, q_scale)))
+                .collect()
+        } else {
+            candidates
+                .iter()
+                .map(|&i| (i, self.rescore(i, &q8, q_scale)))
+                .collect()
+        };
+        let mut best: HashMap<u64, VectorHit> = HashMap::new();
+        for (i, score) in scored {
             let e = &self.meta[i];
             let hit = VectorHit {
                 message: e.message,
@@ -535,9 +558,88 @@ impl VectorIndex {
         hits
     }
 
+    /// Every entry `filter` admits, in order.
+    fn in_scope(&self, filter: &VectorFilter<'_>) -> Vec<usize> {
+        (0..self.meta.len())
+            .into_par_iter()
+            .with_min_len(DISTANCE_BLOCK)
+            .filter(|&i| filter.admits(&self.meta[i]))
+            .collect()
+    }
+
+    /// The first pass: the `wanted` entries (of `scope`, or all) whose sign codes are nearest
+    /// `code` by Hamming distance, ties by position. Found without sorting: the distances of a
+    /// block of entries at a time (on every core), a histogram of them, the distance where the
+    /// histogram reaches `wanted`, and the entries under it.
+    fn nearest_codes(&self, code: &[u64], scope: Option<&[usize]>, wanted: usize) -> Vec<usize> {
+        let words = self.dimension / 64;
+        let len = scope.map_or(self.meta.len(), <[usize]>::len);
+        let mut distances = vec![0u16; len];
+        let histogram = distances
+            .par_chunks_mut(DISTANCE_BLOCK)
+            .enumerate()
+            .map(|(block, out)| {
+                let first = block * DISTANCE_BLOCK;
+                match scope {
+                    None => {
+                        let codes = &self.codes[first * words..(first + out.len()) * words];
+                        hamming(codes, words, code, out);
+                    }
+                    Some(scope) => {
+                        for (d, &i) in out.iter_mut().zip(&scope[first..]) {
+                            let codes = &self.codes[i * words..(i + 1) * words];
+                            hamming(codes, words, code, std::slice::from_mut(d));
+                        }
+                    }
+                }
+                let mut histogram = vec![0usize; self.dimension + 1];
+                for &d in out.iter() {
+                    histogram[usize::from(d)] += 1;
+                }
+                histogram
+            })
+            .reduce(
+                || vec![0usize; self.dimension + 1],
+                |mut a, b| {
+                    a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                    a
+                },
+            );
+        // The smallest distance `cut` with at least `wanted` entries at or under it.
+        let mut below = 0;
+        let mut cut = self.dimension;
+        for (d, &count) in histogram.iter().enumerate() {
+            if below + count >= wanted {
+                cut = d;
+                break;
+            }
+            below += count;
+        }
+        let cut = cut as u16;
+        let mut at_cut = wanted.saturating_sub(below);
+        let mut out = Vec::with_capacity(wanted);
+        for (j, &d) in distances.iter().enumerate() {
+            if d < cut || (d == cut && at_cut > 0) {
+                if d == cut {
+                    at_cut -= 1;
+                }
+                out.push(scope.map_or(j, |scope| scope[j]));
+            }
+        }
+        out
+    }
+
     /// Bytes on disk of the committed entries (the three files).
     pub fn disk_bytes(&self) -> u64 {
         (self.meta.len() * (META_LEN + self.dimension / 8 + self.dimension)) as u64
+    }
+
+    /// Bytes the committed entries hold in memory (metadata, scales and sign codes; the int8
+    /// vectors are mapped, so the page cache holds them, not this process).
+    pub fn memory_bytes(&self) -> u64 {
+        (self.meta.capacity() * std::mem::size_of::<VectorEntry>()
+            + self.scales.capacity() * std::mem::size_of::<f32>()
+            + self.codes.capacity() * std::mem::size_of::<u64>()) as u64
     }
 }
 
@@ -566,12 +668,73 @@ fn sign_code(v: &[f32]) -> Vec<u64> {
         .collect()
 }
 
-/// The dot product of two int8 vectors (the compiler vectorises the widening loop).
+/// The dot product of two int8 vectors: the widening loop, compiled for AVX2 where the CPU
+/// has it (checked once), else for the baseline x86-64 or the target.
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if cpu().avx2 {
+        // SAFETY: the CPU has AVX2 (checked at run time).
+        return unsafe { dot_i8_avx2(a, b) };
+    }
+    dot_i8_portable(a, b)
+}
+
+#[inline(always)]
+fn dot_i8_portable(a: &[i8], b: &[i8]) -> i32 {
     a.iter()
         .zip(b)
         .map(|(&x, &y)| i32::from(x) * i32::from(y))
         .sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
+    dot_i8_portable(a, b)
+}
+
+/// The Hamming distances of consecutive sign codes (`words` words each) from `query`, into
+/// `out` (one per code): with the `popcnt` instruction where the CPU has it (checked once).
+fn hamming(codes: &[u64], words: usize, query: &[u64], out: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if cpu().popcnt {
+        // SAFETY: the CPU has POPCNT (checked at run time).
+        return unsafe { hamming_popcnt(codes, words, query, out) };
+    }
+    hamming_portable(codes, words, query, out);
+}
+
+#[inline(always)]
+fn hamming_portable(codes: &[u64], words: usize, query: &[u64], out: &mut [u16]) {
+    for (code, d) in codes.chunks_exact(words).zip(out) {
+        *d = code
+            .iter()
+            .zip(query)
+            .map(|(a, b)| (a ^ b).count_ones() as u16)
+            .sum();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+fn hamming_popcnt(codes: &[u64], words: usize, query: &[u64], out: &mut [u16]) {
+    hamming_portable(codes, words, query, out);
+}
+
+/// What the CPU offers the kernels above.
+#[cfg(target_arch = "x86_64")]
+struct Cpu {
+    avx2: bool,
+    popcnt: bool,
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu() -> &'static Cpu {
+    static CPU: std::sync::OnceLock<Cpu> = std::sync::OnceLock::new();
+    CPU.get_or_init(|| Cpu {
+        avx2: std::arch::is_x86_feature_detected!("avx2"),
+        popcnt: std::arch::is_x86_feature_detected!("popcnt"),
+    })
 }
 
 #[cfg(test)]

@@ -280,6 +280,16 @@ impl Store {
         Ok(out)
     }
 
+    /// The id the next summary will get (one past the newest): summary ids are dense, in
+    /// creation order, and a summary never changes once made.
+    pub fn next_summary_id(&self) -> Result<SummaryId> {
+        let txn = self.db.begin_read()?;
+        let meta_table = txn.open_table(tables::META)?;
+        Ok(SummaryId(
+            meta_table.get(meta::NEXT_SUMMARY)?.map_or(0, |v| v.value()),
+        ))
+    }
+
     /// Summaries in the whole store (for integrity checks and stats).
     pub fn summary_count(&self) -> Result<u64> {
         use redb::ReadableTableMetadata;

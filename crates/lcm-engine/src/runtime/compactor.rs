@@ -19,6 +19,7 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 
 use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
+use super::indexer::IndexerMsg;
 use super::session::SessionMsg;
 use super::shared::Shared;
 use super::supervision::{ActorKind, Heartbeat, backoff};
@@ -175,6 +176,12 @@ impl Actor for CompactorActor {
                     if let Some((id, _, _)) = job.worker.take() {
                         state.workers.remove(&id);
                     }
+                }
+                // New summaries are embedded by the indexer (when a model is configured).
+                if result.is_ok()
+                    && let Some(indexer) = state.shared.services.indexer.get()
+                {
+                    let _ = indexer.cast(IndexerMsg::Dirty);
                 }
                 if let Some(job) = state.jobs.remove(&session) {
                     state.finished += 1;

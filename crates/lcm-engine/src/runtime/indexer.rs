@@ -121,7 +121,7 @@ async fn embed_batch(shared: &Arc<Shared>) -> Result<bool, RuntimeError> {
                 return Ok((0, false));
             };
             let embedded = semantic.catch_up_until(&s.store, |_, _| {}, || true)?;
-            let behind = semantic.watermark()? < s.store.next_message_id()?;
+            let behind = semantic.is_behind(&s.store)?;
             Ok((embedded, behind))
         })
         .await,

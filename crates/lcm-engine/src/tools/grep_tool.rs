@@ -247,11 +247,17 @@ enum Hit {
         created_at: Timestamp,
         snippet: String,
         matches: usize,
+        /// Ranked modes: the BM25, cosine or fused score.
+        score: Option<f32>,
+        /// Semantic and hybrid modes: which searches found it.
+        found_by: Vec<GrepMode>,
     },
     Summary {
         summary: Box<Summary>,
         snippet: String,
         matches: usize,
+        score: Option<f32>,
+        found_by: Vec<GrepMode>,
     },
 }
 
@@ -270,6 +276,12 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let reader = ctx.store.reader().map_err(store_err(NAME))?;
     let mut matcher = match (plan.target, plan.engine, &ctx.index) {
         (Target::Messages, Engine::Store, _) => None,
+        // Summaries by meaning: the words side of `hybrid` matches their words (a query
+        // without words leaves meaning alone).
+        (_, _, Some(index)) if plan.mode == GrepMode::Hybrid => {
+            TextMatcher::new(index, GrepMode::FullText, &plan.pattern).ok()
+        }
+        (_, _, Some(_)) if plan.mode == GrepMode::Semantic => None,
         (_, _, Some(index)) => {
             Some(TextMatcher::new(index, plan.mode, &plan.pattern).map_err(store_err(NAME))?)
         }
@@ -463,10 +475,14 @@ fn collect(
         }
         let next = match current {
             Pos::Summaries { from } => {
-                let Some(matcher) = matcher.as_mut() else {
-                    return Err(ToolError::failed(NAME, "no matcher for summaries"));
+                let next = if plan.mode.needs_embeddings() {
+                    ranked_summary_hits(ctx, plan, matcher.as_mut(), from, want, &mut out)?
+                } else {
+                    let Some(matcher) = matcher.as_mut() else {
+                        return Err(ToolError::failed(NAME, "no matcher for summaries"));
+                    };
+                    summary_hits(&ctx.store, plan, matcher, from, want, &mut out)?
                 };
-                let next = summary_hits(&ctx.store, plan, matcher, from, want, &mut out)?;
                 match (next, plan.target) {
                     (Some(from), _) => Some(Pos::Summaries { from }),
                     (None, Target::Both) => Some(plan.message_start()),
@@ -486,16 +502,8 @@ fn collect(
     Ok((out, pos))
 }
 
-/// Summaries matching from id `from` on; the id to continue from, `None` when no summary left
-/// matches.
-fn summary_hits(
-    store: &Store,
-    plan: &Plan,
-    matcher: &mut TextMatcher,
-    from: u64,
-    want: usize,
-    out: &mut Vec<Candidate>,
-) -> Result<Option<u64>, ToolError> {
+/// The summaries in the search's scope, by id.
+fn summaries_in_scope(store: &Store, plan: &Plan) -> Result<Vec<Summary>, ToolError> {
     let mut summaries = match plan.session {
         Some(session) => store.session_summaries(session).map_err(store_err(NAME))?,
         None => {
@@ -507,7 +515,22 @@ fn summary_hits(
             all
         }
     };
-    summaries.retain(|s| s.id.0 >= from && plan.admits_summary(s));
+    summaries.retain(|s| plan.admits_summary(s));
+    Ok(summaries)
+}
+
+/// Summaries matching from id `from` on; the id to continue from, `None` when no summary left
+/// matches.
+fn summary_hits(
+    store: &Store,
+    plan: &Plan,
+    matcher: &mut TextMatcher,
+    from: u64,
+    want: usize,
+    out: &mut Vec<Candidate>,
+) -> Result<Option<u64>, ToolError> {
+    let mut summaries = summaries_in_scope(store, plan)?;
+    summaries.retain(|s| s.id.0 >= from);
     let mut taken = 0;
     for s in summaries {
         let Some(found) = matcher.find(&s.content, plan.snippet_chars) else {
@@ -524,6 +547,95 @@ fn summary_hits(
                 summary: Box::new(s),
                 snippet: found.snippet,
                 matches: found.matches,
+                score: None,
+                found_by: Vec::new(),
+            },
+        });
+    }
+    Ok(None)
+}
+
+/// Summaries ranked by meaning (semantic) or by meaning and words (hybrid, `words` matching
+/// their text), from the `offset`-th on; the offset to continue from, `None` at the end. The
+/// scope applies before ranking.
+fn ranked_summary_hits(
+    ctx: &ToolContext,
+    plan: &Plan,
+    mut words: Option<&mut TextMatcher>,
+    offset: u64,
+    want: usize,
+    out: &mut Vec<Candidate>,
+) -> Result<Option<u64>, ToolError> {
+    let semantic = ctx
+        .index
+        .as_ref()
+        .and_then(|index| index.semantic())
+        .ok_or_else(|| store_err(NAME)(lcm_search::grep::no_embeddings_error(plan.mode)))?;
+    let in_scope: HashMap<u64, Summary> = summaries_in_scope(&ctx.store, plan)?
+        .into_iter()
+        .map(|s| (s.id.0, s))
+        .collect();
+    let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+    let pool = offset
+        .saturating_add(want)
+        .saturating_add(1)
+        .max(lcm_search::HYBRID_POOL);
+    let admits = |id: u64| in_scope.contains_key(&id);
+    let meaning: Vec<(u64, f32, (u32, u32))> = semantic
+        .search_summaries(&plan.pattern, pool, plan.session, Some(&admits))
+        .map_err(store_err(NAME))?
+        .into_iter()
+        .map(|h| (h.message, h.score, h.chunk))
+        .collect();
+    let mut by_words: Vec<(u64, f32)> = Vec::new();
+    if let Some(matcher) = words.as_deref_mut() {
+        for (id, s) in &in_scope {
+            if let Some(found) = matcher.find(&s.content, plan.snippet_chars) {
+                by_words.push((*id, found.matches as f32));
+            }
+        }
+    }
+    let ranked = lcm_search::fuse(&by_words, &meaning);
+    for (i, f) in ranked.iter().enumerate().skip(offset) {
+        if i == offset + want {
+            return Ok(Some(i as u64));
+        }
+        let Some(s) = in_scope.get(&f.id) else {
+            continue;
+        };
+        let found = match words.as_deref_mut() {
+            Some(matcher) if f.by_words => matcher.find(&s.content, plan.snippet_chars),
+            _ => None,
+        };
+        let (snippet, matches) = match found {
+            Some(found) => (found.snippet, found.matches),
+            None => {
+                let start = f.chunk.map_or(0, |c| c.0 as usize);
+                let start = (0..=start.min(s.content.len()))
+                    .rev()
+                    .find(|&i| s.content.is_char_boundary(i))
+                    .unwrap_or(0);
+                (
+                    lcm_search::grep::snippet(&s.content, start, start, plan.snippet_chars),
+                    0,
+                )
+            }
+        };
+        let mut found_by = Vec::with_capacity(2);
+        if f.by_words {
+            found_by.push(GrepMode::FullText);
+        }
+        if f.chunk.is_some() {
+            found_by.push(GrepMode::Semantic);
+        }
+        out.push(Candidate {
+            pos: Pos::Summaries { from: i as u64 },
+            hit: Hit::Summary {
+                summary: Box::new(s.clone()),
+                snippet,
+                matches,
+                score: Some(f.score),
+                found_by,
             },
         });
     }
@@ -595,6 +707,8 @@ fn store_hits(
                     created_at: hit.created_at,
                     snippet: hit.snippet,
                     matches: hit.matches,
+                    score: hit.score,
+                    found_by: hit.found_by,
                 },
             });
             taken += 1;
@@ -655,6 +769,8 @@ fn scan_hits(
                 created_at: m.created_at,
                 snippet: found.snippet,
                 matches: found.matches,
+                score: None,
+                found_by: Vec::new(),
             },
         });
         ControlFlow::Continue(())
@@ -722,6 +838,8 @@ fn hit_json(hit: &Hit, regions: &mut RegionFinder<'_>) -> Result<(Value, Region)
             created_at,
             snippet,
             matches,
+            score,
+            found_by,
         } => {
             let covered_by = regions.covering(NodeRef::Message(*id))?;
             let region = regions.region_of_message(*id, *session)?;
@@ -738,12 +856,15 @@ fn hit_json(hit: &Hit, regions: &mut RegionFinder<'_>) -> Result<(Value, Region)
             }
             v["snippet"] = json!(snippet);
             v["matches"] = json!(matches);
+            rank_json(&mut v, *score, found_by);
             (v, region)
         }
         Hit::Summary {
             summary,
             snippet,
             matches,
+            score,
+            found_by,
         } => {
             let covered_by = regions.covering(NodeRef::Summary(summary.id))?;
             let region = regions.region_of_summary(summary.id)?;
@@ -756,9 +877,21 @@ fn hit_json(hit: &Hit, regions: &mut RegionFinder<'_>) -> Result<(Value, Region)
             }
             v["snippet"] = json!(snippet);
             v["matches"] = json!(matches);
+            rank_json(&mut v, *score, found_by);
             (v, region)
         }
     })
+}
+
+/// A ranked hit's score and (semantic, hybrid) the searches that found it.
+fn rank_json(v: &mut Value, score: Option<f32>, found_by: &[GrepMode]) {
+    if let Some(score) = score {
+        // Four decimals: enough to order by, without float noise in the output.
+        v["score"] = json!((f64::from(score) * 1e4).round() / 1e4);
+    }
+    if !found_by.is_empty() {
+        v["found_by"] = json!(found_by.iter().map(|m| m.name()).collect::<Vec<_>>());
+    }
 }
 
 fn render(

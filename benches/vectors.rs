@@ -1,0 +1,611 @@
+//! Search by meaning (issue 25): the vector index alone, and semantic / hybrid grep end to end.
+//!
+//! **The vector index** (`vectors/*`): synthetic 384-dimension unit vectors with cluster
+//! structure (1,000 random centres, each point its centre plus gaussian noise of the same norm,
+//! so points of one cluster have a cosine of about 0.5 and of two clusters about 0); queries
+//! are new points of the same kind. Printed to stderr: build rate, disk and memory per
+//! million entries, recall@10 of the two-pass search and of the exact int8 scan against exact
+//! f32 brute force (what quantisation and the first pass lose), p50/p99 of a loop of queries
+//! per oversample factor. Criterion measures the default search and the exact scan.
+//!
+//! **Grep by meaning** (`meaning/*`): the generated agent corpus of `benches/store.rs` in a real
+//! data directory (store, tantivy index), its vector index filled with synthetic vectors under
+//! the real model's id (embedding a million messages with the model would take hours on two
+//! cores; search cost does not depend on what the vectors mean), and queries of corpus words
+//! through `grep`: each semantic or hybrid query embeds its text with the real model
+//! (all-MiniLM-L6-v2, `../shared/tools/embed-model/setup.sh`), searches and renders a page of
+//! 10 hits. Without the model this part says so and measures nothing.
+//!
+//! Sizes: `LCM_BENCH_VECTORS` (comma-separated, default `100000,1000000`); `LCM_BENCH_QUICK=1`
+//! uses 100,000 only. `LCM_BENCH_GROUPS=vectors` or `=meaning` runs one part. Figures and how to read them: docs/PERFORMANCE.md, "Hybrid recall".
+
+#[path = "support/corpus.rs"]
+mod corpus;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use lcm::SessionId;
+use lcm::core::config::Config;
+use lcm::core::message::search_text;
+use lcm::search::semantic::VECTORS_DIR;
+use lcm::search::vectors::{OVERSAMPLE, Opened, VectorEntry, VectorFilter, VectorIndex};
+use lcm::search::{DataDir, GrepMode, GrepRequest, Scope, grep};
+
+const DIM: usize = 384;
+const CENTRES: usize = 1_000;
+const SESSIONS: u64 = 100;
+const QUERIES: usize = 200;
+const K: usize = 10;
+const COMMIT_EVERY: usize = 100_000;
+const MODEL: &str = "synthetic-384";
+const OVERSAMPLES: [usize; 6] = [4, 8, 16, 32, 64, 128];
+/// Messages appended per batch while the corpus is built.
+const BUILD_BATCH: u64 = 10_000;
+
+fn sizes() -> Vec<usize> {
+    if let Ok(s) = std::env::var("LCM_BENCH_VECTORS") {
+        return s
+            .split(',')
+            .map(|n| n.trim().parse().expect("LCM_BENCH_VECTORS: numbers"))
+            .collect();
+    }
+    if std::env::var("LCM_BENCH_QUICK").is_ok_and(|v| v != "0") {
+        vec![100_000]
+    } else {
+        vec![100_000, 1_000_000]
+    }
+}
+
+fn bench_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(std::env::var("LCM_BENCH_DIR").unwrap_or_else(|_| ".".into()))
+        .expect("temp dir")
+}
+
+/// A deterministic generator (splitmix64), gaussian samples by Box-Muller.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    fn gaussian(&mut self) -> f32 {
+        let (u, v) = (self.uniform(), self.uniform());
+        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+    }
+}
+
+fn unit(mut v: Vec<f32>) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= n);
+    v
+}
+
+/// Clustered unit vectors (see the module doc).
+struct Points {
+    centres: Vec<Vec<f32>>,
+}
+
+impl Points {
+    fn new() -> Points {
+        let mut rng = Rng(25);
+        Points {
+            centres: (0..CENTRES)
+                .map(|_| unit((0..DIM).map(|_| rng.gaussian()).collect()))
+                .collect(),
+        }
+    }
+
+    fn point(&self, rng: &mut Rng) -> Vec<f32> {
+        let noise = 1.0 / (DIM as f32).sqrt();
+        let c = &self.centres[(rng.next_u64() % CENTRES as u64) as usize];
+        unit(c.iter().map(|x| x + noise * rng.gaussian()).collect())
+    }
+
+    /// `n` points, flat (`n × DIM`), generated on both cores.
+    fn flat(&self, n: usize, seed: u64) -> Vec<f32> {
+        let half = n / 2;
+        let part = |seed: u64, count: usize| {
+            let mut rng = Rng(seed);
+            let mut out = Vec::with_capacity(count * DIM);
+            for _ in 0..count {
+                out.extend(self.point(&mut rng));
+            }
+            out
+        };
+        let (mut a, b) = std::thread::scope(|s| {
+            let h = s.spawn(|| part(seed, half));
+            let b = part(seed + 1, n - half);
+            (h.join().expect("generator"), b)
+        });
+        a.extend(b);
+        a
+    }
+}
+
+/// The ids of the `K` points nearest `q` by f32 dot product (both cores).
+fn truth(flat: &[f32], q: &[f32]) -> Vec<u64> {
+    let n = flat.len() / DIM;
+    let top_of = |range: std::ops::Range<usize>| {
+        let mut scored: Vec<(f32, u64)> = range
+            .map(|i| {
+                let p = &flat[i * DIM..(i + 1) * DIM];
+                (p.iter().zip(q).map(|(a, b)| a * b).sum::<f32>(), i as u64)
+            })
+            .collect();
+        let k = K.min(scored.len());
+        scored.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
+        scored.truncate(k);
+        scored
+    };
+    let mut all = std::thread::scope(|s| {
+        let h = s.spawn(|| top_of(n / 2..n));
+        let mut a = top_of(0..n / 2);
+        a.extend(h.join().expect("truth"));
+        a
+    });
+    all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    all.truncate(K);
+    all.into_iter().map(|(_, i)| i).collect()
+}
+
+/// Resident anonymous memory of this process, in bytes (Linux; 0 elsewhere).
+fn rss_anon() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("RssAnon:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Median and 99th percentile, in ms.
+fn percentiles(mut times: Vec<Duration>) -> (f64, f64) {
+    times.sort();
+    let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e3;
+    (at(0.50), at(0.99))
+}
+
+fn per_million(bytes: u64, n: usize) -> f64 {
+    bytes as f64 / n as f64 * 1e6 / 1e6
+}
+
+// ---------------------------------------------------------------------------------------------
+// The vector index alone
+
+struct IndexFixture {
+    _tmp: tempfile::TempDir,
+    index: VectorIndex,
+    queries: Vec<Vec<f32>>,
+}
+
+fn entry(i: usize) -> VectorEntry {
+    VectorEntry {
+        message: i as u64,
+        session: i as u64 % SESSIONS,
+        created_at: i as i64,
+        role: (i % 4) as u8,
+        chunk: (0, 100),
+    }
+}
+
+fn build_index(n: usize) -> IndexFixture {
+    let points = Points::new();
+    let t = Instant::now();
+    let flat = points.flat(n, 1);
+    let mut rng = Rng(7);
+    let queries: Vec<Vec<f32>> = (0..QUERIES).map(|_| points.point(&mut rng)).collect();
+    eprintln!(
+        "vectors {n}: generated in {:.1} s ({} cores)",
+        t.elapsed().as_secs_f64(),
+        std::thread::available_parallelism().map_or(1, |c| c.get())
+    );
+    let tmp = bench_dir();
+    let dir = tmp.path().join("vectors");
+    let (mut index, opened) = VectorIndex::open(&dir, DIM, MODEL, true).expect("open");
+    assert_eq!(opened, Opened::New);
+    let t = Instant::now();
+    for i in 0..n {
+        index
+            .push(entry(i), flat[i * DIM..(i + 1) * DIM].to_vec())
+            .expect("push");
+        if (i + 1) % COMMIT_EVERY == 0 || i + 1 == n {
+            index.commit(i as u64 + 1).expect("commit");
+        }
+    }
+    eprintln!(
+        "vectors {n}: build (commit every {COMMIT_EVERY}): {:.0} entries/s",
+        n as f64 / t.elapsed().as_secs_f64()
+    );
+    let disk = index.disk_bytes();
+    drop(index);
+    let before = rss_anon();
+    let t = Instant::now();
+    let (index, opened) = VectorIndex::open(&dir, DIM, MODEL, false).expect("reopen");
+    let open_time = t.elapsed();
+    assert_eq!(opened, Opened::Existing);
+    eprintln!(
+        "vectors {n}: open {:.0} ms; disk {:.1} MB per million entries; in memory {:.1} MB per \
+         million (anonymous memory grew {:.1} MB; the int8 vectors are mapped)",
+        open_time.as_secs_f64() * 1e3,
+        per_million(disk, n),
+        per_million(index.memory_bytes(), n),
+        rss_anon().saturating_sub(before) as f64 / 1e6,
+    );
+
+    let t = Instant::now();
+    let truths: Vec<Vec<u64>> = queries.iter().map(|q| truth(&flat, q)).collect();
+    eprintln!(
+        "vectors {n}: f32 brute force {:.1} ms a query",
+        t.elapsed().as_secs_f64() * 1e3 / QUERIES as f64
+    );
+    drop(flat);
+    let all = VectorFilter::default();
+    let measure = |oversample: usize| {
+        let mut found = 0;
+        let mut times = Vec::with_capacity(QUERIES);
+        for (q, want) in queries.iter().zip(&truths) {
+            let t = Instant::now();
+            let hits = index.search_with(q, K, &all, oversample);
+            times.push(t.elapsed());
+            found += hits.iter().filter(|h| want.contains(&h.message)).count();
+        }
+        let (p50, p99) = percentiles(times);
+        (found as f64 / (QUERIES * K) as f64, p50, p99)
+    };
+    // A first pass pages in what the searches read.
+    let _ = measure(OVERSAMPLE);
+    for oversample in OVERSAMPLES {
+        let (recall, p50, p99) = measure(oversample);
+        let default = if oversample == OVERSAMPLE {
+            " (default)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "vectors {n}: two passes, oversample {oversample:>3}{default}: recall@10 {recall:.3}, \
+             p50 {p50:.2} ms, p99 {p99:.2} ms"
+        );
+    }
+    let (recall, p50, p99) = measure(usize::MAX);
+    eprintln!(
+        "vectors {n}: exact int8 scan: recall@10 {recall:.3}, p50 {p50:.2} ms, p99 {p99:.2} ms"
+    );
+    let session = VectorFilter {
+        session: Some(7),
+        ..VectorFilter::default()
+    };
+    let mut times = Vec::new();
+    for q in &queries {
+        let t = Instant::now();
+        index.search(q, K, &session);
+        times.push(t.elapsed());
+    }
+    let (p50, p99) = percentiles(times);
+    eprintln!("vectors {n}: one session of {SESSIONS} in scope: p50 {p50:.2} ms, p99 {p99:.2} ms");
+    IndexFixture {
+        _tmp: tmp,
+        index,
+        queries,
+    }
+}
+
+fn index_fixtures() -> &'static Vec<(usize, IndexFixture)> {
+    static FIXTURES: OnceLock<Vec<(usize, IndexFixture)>> = OnceLock::new();
+    FIXTURES.get_or_init(|| sizes().into_iter().map(|n| (n, build_index(n))).collect())
+}
+
+/// Whether the bench's group `name` is to run (`LCM_BENCH_GROUPS`, comma-separated; all when
+/// unset), so one part can be measured without building the other's fixtures.
+fn wanted(name: &str) -> bool {
+    std::env::var("LCM_BENCH_GROUPS").map_or(true, |g| g.split(',').any(|g| g.trim() == name))
+}
+
+fn vector_index(c: &mut Criterion) {
+    if !wanted("vectors") {
+        return;
+    }
+    let mut group = c.benchmark_group("vectors");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5));
+    let all = VectorFilter::default();
+    for (n, f) in index_fixtures() {
+        let mut next = 0;
+        group.bench_function(BenchmarkId::new("two_passes", n), |b| {
+            b.iter(|| {
+                next = (next + 1) % f.queries.len();
+                f.index.search(&f.queries[next], K, &all)
+            })
+        });
+        group.bench_function(BenchmarkId::new("exact", n), |b| {
+            b.iter(|| {
+                next = (next + 1) % f.queries.len();
+                f.index.search_exact(&f.queries[next], K, &all)
+            })
+        });
+    }
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Grep by meaning, end to end
+
+/// The model directory `setup.sh` prints, or why there is none.
+fn model_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("LCM_EMBED_MODEL_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let setup =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/embed-model/setup.sh");
+    if !setup.exists() {
+        return Err(format!("{} is absent", setup.display()));
+    }
+    let out = std::process::Command::new(&setup)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", setup.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} failed", setup.display()));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+struct GrepFixture {
+    _tmp: tempfile::TempDir,
+    data: DataDir,
+    config: Config,
+    queries: Vec<String>,
+    sessions: Vec<SessionId>,
+}
+
+fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
+    let tmp = bench_dir();
+    let dir = tmp.path().join("lcm");
+    let words = corpus::Words::new(20_000);
+    let mut lengths: Vec<(u64, u64, i64, u8, u32)> = Vec::with_capacity(n);
+    let sessions: Vec<SessionId>;
+    {
+        let data = DataDir::open(&dir, &Config::default()).expect("open");
+        sessions = (0..SESSIONS)
+            .map(|i| {
+                data.store
+                    .create_session(&format!("bench-{i}"), None)
+                    .expect("session")
+            })
+            .collect();
+        let t = Instant::now();
+        let mut start = 0;
+        while start < n as u64 {
+            let end = (start + BUILD_BATCH).min(n as u64);
+            let batch: Vec<_> = (start..end).map(|k| corpus::message(&words, k)).collect();
+            let session = sessions[(start / BUILD_BATCH % SESSIONS) as usize];
+            let shapes: Vec<(i64, u8, u32)> = batch
+                .iter()
+                .map(|m| {
+                    (
+                        m.created_at.0,
+                        m.role.code() as u8,
+                        search_text(&m.parts).len() as u32,
+                    )
+                })
+                .collect();
+            let appended = data.store.append_batch(session, batch).expect("append");
+            for (a, (at, role, len)) in appended.iter().zip(shapes) {
+                lengths.push((a.id.0, session.0, at, role, len));
+            }
+            start = end;
+        }
+        data.index.catch_up(&data.store, |_, _| {}).expect("index");
+        eprintln!(
+            "meaning {n}: store and words index built in {:.0} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    // The vectors: one per message (the corpus's messages are shorter than a chunk).
+    let embedder = lcm_embed::Embedder::load(model, lcm_embed::EmbedOptions::default())
+        .expect("load the model");
+    let (mut vectors, opened) = VectorIndex::open(
+        &dir.join(VECTORS_DIR),
+        embedder.dimension(),
+        embedder.model_id(),
+        true,
+    )
+    .expect("open vectors");
+    assert_eq!(opened, Opened::New);
+    assert_eq!(embedder.dimension(), DIM);
+    let points = Points::new();
+    let mut rng = Rng(11);
+    let t = Instant::now();
+    for (i, &(message, session, created_at, role, len)) in lengths.iter().enumerate() {
+        let entry = VectorEntry {
+            message,
+            session,
+            created_at,
+            role,
+            chunk: (0, len),
+        };
+        vectors.push(entry, points.point(&mut rng)).expect("push");
+        if (i + 1) % COMMIT_EVERY == 0 {
+            vectors.commit(message + 1).expect("commit");
+        }
+    }
+    let end = lengths.last().map_or(0, |l| l.0 + 1);
+    vectors.commit(end).expect("commit");
+    eprintln!(
+        "meaning {n}: synthetic vectors written in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+    drop(vectors);
+    drop(embedder);
+
+    let mut config = Config::default();
+    config.embeddings.model_dir = Some(model.to_path_buf());
+    let data = DataDir::open(&dir, &config).expect("reopen with the model");
+    let semantic = data.index.semantic().expect("semantic configured");
+    assert_eq!(
+        semantic.watermark().expect("watermark").0,
+        data.store.next_message_id().expect("next").0,
+        "the synthetic vectors cover every message: no catch-up runs in the measurements"
+    );
+    // Questions of three to five corpus words.
+    let mut pick = corpus::SplitMix(5);
+    let queries = (0..QUERIES)
+        .map(|_| {
+            let len = 3 + pick.below(3) as usize;
+            (0..len)
+                .map(|_| words.pick(&mut pick).to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    GrepFixture {
+        _tmp: tmp,
+        data,
+        config,
+        queries,
+        sessions,
+    }
+}
+
+fn run(f: &GrepFixture, mode: GrepMode, query: &str, scope: Scope) -> usize {
+    let page = grep(
+        &f.data.store,
+        &f.data.index,
+        &f.config.search,
+        &GrepRequest {
+            pattern: query.to_string(),
+            mode,
+            scope,
+            limit: Some(K),
+            cursor: None,
+        },
+    )
+    .expect("grep");
+    page.hits.len()
+}
+
+fn grep_fixtures() -> &'static Vec<(usize, GrepFixture)> {
+    static FIXTURES: OnceLock<Vec<(usize, GrepFixture)>> = OnceLock::new();
+    FIXTURES.get_or_init(|| {
+        let model = match model_dir() {
+            Ok(model) => model,
+            Err(why) => {
+                eprintln!("SKIPPED grep by meaning: no embedding model ({why})");
+                return Vec::new();
+            }
+        };
+        sizes()
+            .into_iter()
+            .map(|n| {
+                let f = build_data_dir(n, &model);
+                let one_session = Scope {
+                    session: Some(f.sessions[7]),
+                    ..Scope::default()
+                };
+                let modes = [
+                    ("full_text", GrepMode::FullText, Scope::default()),
+                    ("semantic", GrepMode::Semantic, Scope::default()),
+                    ("hybrid", GrepMode::Hybrid, Scope::default()),
+                    ("hybrid, one session", GrepMode::Hybrid, one_session),
+                ];
+                // The first query loads the model: not measured.
+                run(&f, GrepMode::Semantic, "warm up", Scope::default());
+                for (name, mode, scope) in modes {
+                    let mut times = Vec::with_capacity(QUERIES);
+                    let mut hits = 0;
+                    for q in &f.queries {
+                        let t = Instant::now();
+                        hits += run(&f, mode, q, scope.clone());
+                        times.push(t.elapsed());
+                    }
+                    let (p50, p99) = percentiles(times);
+                    eprintln!(
+                        "meaning {n}: {name:<20} p50 {p50:6.2} ms, p99 {p99:6.2} ms \
+                         ({:.1} hits a query)",
+                        hits as f64 / QUERIES as f64
+                    );
+                }
+                let embedder = f
+                    .data
+                    .index
+                    .semantic()
+                    .expect("semantic")
+                    .embedder()
+                    .expect("model");
+                let mut times = Vec::with_capacity(QUERIES);
+                for q in &f.queries {
+                    let t = Instant::now();
+                    embedder.embed(&[q.as_str()]).expect("embed");
+                    times.push(t.elapsed());
+                }
+                let (p50, p99) = percentiles(times);
+                eprintln!(
+                    "meaning {n}: of which embedding the query ({} threads): p50 {p50:.2} ms, \
+                     p99 {p99:.2} ms",
+                    embedder.threads()
+                );
+                let one = lcm_embed::Embedder::load(
+                    &model,
+                    lcm_embed::EmbedOptions {
+                        threads: 1,
+                        ..lcm_embed::EmbedOptions::default()
+                    },
+                )
+                .expect("load the model");
+                let mut times = Vec::with_capacity(QUERIES);
+                for q in &f.queries {
+                    let t = Instant::now();
+                    one.embed(&[q.as_str()]).expect("embed");
+                    times.push(t.elapsed());
+                }
+                let (p50, p99) = percentiles(times);
+                eprintln!(
+                    "meaning {n}: embedding the query on 1 thread: p50 {p50:.2} ms, p99 {p99:.2} ms"
+                );
+                (n, f)
+            })
+            .collect()
+    })
+}
+
+fn grep_by_meaning(c: &mut Criterion) {
+    if !wanted("meaning") {
+        return;
+    }
+    let mut group = c.benchmark_group("meaning");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5));
+    for (n, f) in grep_fixtures() {
+        for (name, mode) in [
+            ("full_text", GrepMode::FullText),
+            ("semantic", GrepMode::Semantic),
+            ("hybrid", GrepMode::Hybrid),
+        ] {
+            let mut next = 0;
+            group.bench_function(BenchmarkId::new(name, n), |b| {
+                b.iter(|| {
+                    next = (next + 1) % f.queries.len();
+                    run(f, mode, &f.queries[next], Scope::default())
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, vector_index, grep_by_meaning);
+criterion_main!(benches);
