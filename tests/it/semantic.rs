@@ -490,7 +490,7 @@ fn first_hit(found: &serde_json::Value) -> Option<(serde_json::Value, String)> {
 /// found them and their score), and its summaries are ranked by meaning too, page by page.
 #[test]
 fn over_http_a_compacted_session_is_found_by_meaning_and_so_are_its_summaries() {
-    use crate::serve::{http, spawn, stop_cleanly, wait_listening};
+    use crate::serve::{KillOnDrop, http, spawn, stop_cleanly, wait_listening};
     use serde_json::{Value, json};
     use std::io::BufReader;
     use std::time::{Duration, Instant};
@@ -510,8 +510,8 @@ fn over_http_a_compacted_session_is_found_by_meaning_and_so_are_its_summaries() 
         ),
     )
     .unwrap();
-    let mut child = spawn(&data, "127.0.0.1:0");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut child = KillOnDrop(spawn(&data, "127.0.0.1:0"));
+    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
     let (_, addr) = wait_listening(&mut stderr);
     let post = |path: &str, body: Value| -> Value {
         let (status, text) = http(addr, "POST", path, None, &body.to_string());
@@ -640,7 +640,7 @@ fn over_http_a_compacted_session_is_found_by_meaning_and_so_are_its_summaries() 
     );
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("cursor"), "{text}");
-    stop_cleanly(&mut child, stderr);
+    stop_cleanly(&mut child.0, stderr);
 }
 
 /// `lcm mcp` with a model: an MCP client appends a history and finds it by meaning through

@@ -23,6 +23,16 @@ pub(crate) fn spawn(data_dir: &Path, bind: &str) -> Child {
         .expect("spawn lcm serve")
 }
 
+/// Kills the child when dropped: a test that fails midway leaves no daemon behind.
+pub(crate) struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Reads stderr until the `listening on http://ADDR` line; every line read before it, and ADDR.
 pub(crate) fn wait_listening(stderr: &mut BufReader<ChildStderr>) -> (Vec<String>, SocketAddr) {
     let mut lines = Vec::new();

@@ -18,6 +18,7 @@
 //! with `scope: "summaries"` in the semantic and hybrid modes, and what `lcm_expand_query`
 //! reads first.
 
+use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
@@ -40,6 +41,8 @@ pub const SUMMARIES_DIR: &str = "summaries";
 
 /// Summaries embedded per commit, at most (a summary is longer than most messages).
 const SUMMARY_BATCH: u64 = 256;
+/// Query embeddings kept (see `Semantic::queries`).
+const QUERY_CACHE: usize = 32;
 
 /// The model and the vector indexes, once loaded.
 struct Loaded {
@@ -58,6 +61,9 @@ pub struct Semantic {
     loaded: OnceLock<std::result::Result<Loaded, String>>,
     /// One catch-up at a time.
     catching_up: Mutex<()>,
+    /// The embeddings of the latest queries, newest last: the pages of one search (and the
+    /// summaries' and messages' sides of one request) embed their query once.
+    queries: Mutex<VecDeque<(String, Vec<f32>)>>,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -80,6 +86,7 @@ impl Semantic {
             writable,
             loaded: OnceLock::new(),
             catching_up: Mutex::new(()),
+            queries: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -340,7 +347,7 @@ impl Semantic {
         messages: Option<&(dyn Fn(u64) -> bool + Sync)>,
     ) -> Result<Vec<VectorHit>> {
         let loaded = self.loaded()?;
-        let query = embed_query(loaded, query)?;
+        let query = self.embed_query(loaded, query)?;
         let filter = VectorFilter {
             session: scope.session.map(|s| s.0),
             roles: scope.roles.iter().map(|r| r.code() as u8).collect(),
@@ -366,7 +373,7 @@ impl Semantic {
         summaries: Option<&(dyn Fn(u64) -> bool + Sync)>,
     ) -> Result<Vec<VectorHit>> {
         let loaded = self.loaded()?;
-        let query = embed_query(loaded, query)?;
+        let query = self.embed_query(loaded, query)?;
         let filter = VectorFilter {
             session: session.map(|s| s.0),
             messages: summaries,
@@ -465,6 +472,31 @@ impl<'a> Coverage<'a> {
 }
 
 impl Semantic {
+    /// The query's embedding, from the cache of recent queries when it is there.
+    fn embed_query(&self, loaded: &Loaded, query: &str) -> Result<Vec<f32>> {
+        let cached = |queries: &VecDeque<(String, Vec<f32>)>| {
+            queries
+                .iter()
+                .find(|(q, _)| q == query)
+                .map(|(_, v)| v.clone())
+        };
+        if let Some(v) = cached(&self.queries.lock().unwrap_or_else(PoisonError::into_inner)) {
+            return Ok(v);
+        }
+        let vector = loaded
+            .embedder
+            .embed(&[query])
+            .map_err(|e| StoreError::InvalidQuery(e.to_string()))?
+            .pop()
+            .unwrap_or_default();
+        let mut queries = self.queries.lock().unwrap_or_else(PoisonError::into_inner);
+        if queries.len() == QUERY_CACHE {
+            queries.pop_front();
+        }
+        queries.push_back((query.to_string(), vector.clone()));
+        Ok(vector)
+    }
+
     /// Checks the vector indexes against `store`: watermarks within the store, every message
     /// and summary with text below its watermark embedded, no vector for anything else, every
     /// chunk inside its text. A model that cannot be loaded is an error. Waits for a running
@@ -525,14 +557,4 @@ impl Semantic {
         }
         Ok(report)
     }
-}
-
-/// The query's embedding.
-fn embed_query(loaded: &Loaded, query: &str) -> Result<Vec<f32>> {
-    Ok(loaded
-        .embedder
-        .embed(&[query])
-        .map_err(|e| StoreError::InvalidQuery(e.to_string()))?
-        .pop()
-        .unwrap_or_default())
 }
