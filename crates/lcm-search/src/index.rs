@@ -35,7 +35,7 @@ use crate::trigram_index::{Segment, TrigramBuilder, TrigramIndex};
 use lcm_regex::trigram::TrigramQuery;
 use lcm_store::error::{Result, StoreError};
 use lcm_store::record::RecordView;
-use lcm_store::store::Store;
+use lcm_store::records::{RecordReader, RecordSource};
 
 const WORDS_TOKENIZER: &str = "en_stem";
 /// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.
@@ -183,7 +183,7 @@ impl SearchIndex {
     /// rebuilds it.
     pub fn open(
         dir: impl AsRef<Path>,
-        store: &Store,
+        store: &impl RecordSource,
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
         let dir = dir.as_ref();
@@ -248,7 +248,7 @@ impl SearchIndex {
     }
 
     /// An index in memory (tests and benchmarks).
-    pub fn open_in_ram(store: &Store, config: &SearchConfig) -> Result<SearchIndex> {
+    pub fn open_in_ram(store: &impl RecordSource, config: &SearchConfig) -> Result<SearchIndex> {
         let (schema, _) = schema();
         Self::init(
             Index::create_in_ram(schema),
@@ -266,7 +266,7 @@ impl SearchIndex {
         trigrams: TrigramIndex,
         watermark: u64,
         dir: Option<PathBuf>,
-        store: &Store,
+        store: &impl RecordSource,
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
         register_tokenizers(&index);
@@ -331,7 +331,7 @@ impl SearchIndex {
     /// index after each file, so one file is indexed while the next is parsed and stored.
     /// Returns how many messages were handed over. Nothing fed is searchable through the index
     /// before that commit (grep scans the store past the watermark, so nothing is missed).
-    pub fn feed(&self, store: &Store) -> Result<u64> {
+    pub fn feed(&self, store: &impl RecordSource) -> Result<u64> {
         if store.is_read_only() {
             return Err(StoreError::ReadOnly);
         }
@@ -350,7 +350,11 @@ impl SearchIndex {
     /// `progress` is called with (indexed so far, total to index). Returns how many messages
     /// were indexed. A read-only store is refused with [`StoreError::ReadOnly`] before the index
     /// changes.
-    pub fn catch_up(&self, store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
+    pub fn catch_up(
+        &self,
+        store: &impl RecordSource,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<u64> {
         self.catch_up_until(store, progress, || false)
     }
 
@@ -360,7 +364,7 @@ impl SearchIndex {
     /// were indexed.
     pub fn catch_up_until(
         &self,
-        store: &Store,
+        store: &impl RecordSource,
         mut progress: impl FnMut(u64, u64),
         stop: impl Fn() -> bool,
     ) -> Result<u64> {
@@ -458,7 +462,12 @@ impl SearchIndex {
     /// Adds the messages `ids` to tantivy's writer and the trigram builder and records them as
     /// fed. On a failure, everything not committed is dropped and the fed mark returns to the
     /// watermark.
-    fn add_documents(&self, writer: &mut Writer, store: &Store, ids: Range<u64>) -> Result<()> {
+    fn add_documents(
+        &self,
+        writer: &mut Writer,
+        store: &impl RecordSource,
+        ids: Range<u64>,
+    ) -> Result<()> {
         let added = self.try_add_documents(writer, store, ids.clone());
         match added {
             Ok(()) => {
@@ -472,7 +481,12 @@ impl SearchIndex {
         }
     }
 
-    fn try_add_documents(&self, writer: &mut Writer, store: &Store, ids: Range<u64>) -> Result<()> {
+    fn try_add_documents(
+        &self,
+        writer: &mut Writer,
+        store: &impl RecordSource,
+        ids: Range<u64>,
+    ) -> Result<()> {
         let Writer {
             tantivy,
             trigrams,
@@ -525,7 +539,11 @@ impl SearchIndex {
     }
 
     /// Drops everything and indexes the whole store again.
-    pub fn rebuild(&self, store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
+    pub fn rebuild(
+        &self,
+        store: &impl RecordSource,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<u64> {
         self.rebuild_until(store, progress, || false)
     }
 
@@ -533,7 +551,7 @@ impl SearchIndex {
     /// [`catch_up_until`](Self::catch_up_until)).
     pub fn rebuild_until(
         &self,
-        store: &Store,
+        store: &impl RecordSource,
         progress: impl FnMut(u64, u64),
         stop: impl Fn() -> bool,
     ) -> Result<u64> {
@@ -705,6 +723,7 @@ mod tests {
     use lcm_core::ids::SessionId;
     use lcm_core::message::{NewMessage, Role};
     use lcm_core::tokens::{Encoding, TokenCounter};
+    use lcm_store::store::Store;
     use lcm_store::store::StoreOptions;
 
     #[test]

@@ -9,8 +9,10 @@
 //! - [`data_dir`]: a data directory, the store file and the index beside it.
 //!
 //! Architecture invariant: this crate reads stored messages only through the store's record
-//! source ([`lcm_store::records`], records in lcm's own layout) and never names redb; the
-//! regex plans come from `lcm-regex`.
+//! source ([`lcm_store::RecordSource`] and the [`lcm_store::RecordReader`] views it opens,
+//! records in lcm's own layout): the index's catch-up and grep are generic over it, so a second
+//! storage backend serves them unchanged. It never names redb; the regex plans come from
+//! `lcm-regex`.
 
 pub mod data_dir;
 pub mod grep;
