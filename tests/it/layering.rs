@@ -1,7 +1,8 @@
 //! The layering of the workspace, checked on its manifests and sources: every crate depends
 //! only on the crates below it, nothing above the store names redb (so that a second storage
-//! backend can replace it without touching the engine, the daemon or the tools), and the regex
-//! planning crate depends on nothing but the regex crates.
+//! backend can replace it without touching the engine, the daemon or the tools), the store
+//! names no crate of the search (the index engine is the search's), and the regex planning
+//! crate depends on nothing but the regex crates.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -188,6 +189,49 @@ fn nothing_above_the_store_names_redb() {
             "{} uses redb directly: go through lcm-store's API",
             file.display()
         );
+    }
+}
+
+/// What the store must not name: the crates of the derived search and its index engine (a
+/// dependency whose name starts with one of these).
+const THE_SEARCH: &[&str] = &["lcm-search", "lcm-regex", "tantivy"];
+
+#[test]
+fn the_store_names_neither_the_search_nor_its_index_engine() {
+    // The store and every workspace crate it builds on (its dev-dependencies may use the
+    // search: its integration tests check the index's agreement with it).
+    let mut pending = vec!["lcm-store".to_string()];
+    let mut seen = BTreeSet::new();
+    while let Some(name) = pending.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let manifest = root().join("crates").join(&name).join("Cargo.toml");
+        let deps = dependencies(&manifest, &["dependencies", "build-dependencies"]);
+        for dep in &deps {
+            assert!(
+                !THE_SEARCH.iter().any(|s| dep.starts_with(s)),
+                "{name} (lcm-store or a crate below it) depends on {dep}: the index is lcm-search's"
+            );
+        }
+        pending.extend(deps.into_iter().filter(|d| d.starts_with("lcm-")));
+    }
+    assert!(
+        seen.contains("lcm-core"),
+        "the walk reached the crates below ({seen:?})"
+    );
+    let mut files = Vec::new();
+    sources(&root().join("crates/lcm-store/src"), &mut files);
+    assert!(files.len() > 10, "the sources were found ({})", files.len());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for path in ["tantivy::", "lcm_search::", "lcm_regex::"] {
+            assert!(
+                !text.contains(path),
+                "{} uses {path}: the store names no crate of the search",
+                file.display()
+            );
+        }
     }
 }
 

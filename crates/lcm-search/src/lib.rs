@@ -12,7 +12,8 @@
 //! source ([`lcm_store::RecordSource`] and the [`lcm_store::RecordReader`] views it opens,
 //! records in lcm's own layout): the index's catch-up and grep are generic over it, so a second
 //! storage backend serves them unchanged. It never names redb; the regex plans come from
-//! `lcm-regex`.
+//! `lcm-regex`. tantivy is this crate's alone: its errors reach callers as
+//! [`lcm_store::StoreError::Index`], saying what the index was doing.
 
 pub mod data_dir;
 pub mod grep;

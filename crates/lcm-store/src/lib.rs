@@ -17,10 +17,11 @@
 //!   [`RecordReader`]).
 //!
 //! Architecture invariant: this crate knows nothing of actors, providers, compaction policy or
-//! how search is done. Nothing above it names redb (checked by the facade's `layering` test):
-//! the engine, the daemon and the search read and write through the API here, and the search
-//! reads messages only through [`RecordSource`], so a second backend can replace redb without
-//! touching them.
+//! how search is done, and names no index engine (tantivy is `lcm-search`'s; an index failure
+//! reaches callers as [`StoreError::Index`]). Nothing above it names redb (checked by the
+//! facade's `layering` test): the engine, the daemon and the search read and write through the
+//! API here, and the search reads messages only through [`RecordSource`], so a second backend
+//! can replace redb without touching them.
 
 mod coalesced_file;
 pub mod codec;
