@@ -13,7 +13,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::FaultPoint;
-use super::shared::{Shared, join_blocking};
+use super::shared::{SharedRef, join_blocking};
 use super::supervision::Heartbeat;
 
 /// Messages of the [`IndexerActor`].
@@ -29,7 +29,7 @@ pub(crate) enum IndexerMsg {
 pub(crate) struct IndexerActor;
 
 pub(crate) struct IndexerState {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     heartbeat: Arc<Heartbeat>,
     scheduled: bool,
 }
@@ -38,7 +38,7 @@ pub(crate) struct IndexerState {
 impl Actor for IndexerActor {
     type Msg = IndexerMsg;
     type State = IndexerState;
-    type Arguments = (Arc<Shared>, Arc<Heartbeat>);
+    type Arguments = (SharedRef, Arc<Heartbeat>);
 
     async fn pre_start(
         &self,
@@ -83,8 +83,8 @@ impl Actor for IndexerActor {
     }
 }
 
-async fn catch_up(shared: &Arc<Shared>) -> Result<u64, RuntimeError> {
-    let s = Arc::clone(shared);
+async fn catch_up(shared: &SharedRef) -> Result<u64, RuntimeError> {
+    let s = shared.clone();
     let indexed = join_blocking(
         tokio::task::spawn_blocking(move || {
             s.faults.hit(FaultPoint::IndexerBeforeCommit, None);

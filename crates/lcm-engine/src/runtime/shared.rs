@@ -2,7 +2,11 @@
 //! the summariser (and the sessions' own, registered by hosts), the event channel, the fault
 //! plan, and the current references of the singleton actors (replaced by the root supervisor
 //! whenever it restarts one).
+//!
+//! The runtime holds the shared state itself; its actors, workers and the tasks they start
+//! hold it through a [`SharedRef`], a lease shutdown waits for.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +49,9 @@ pub(crate) struct Shared {
     pub(crate) services: Services,
     /// Whether the runtime is shutting down (a watch, so that waiters on a slot wake at once).
     closing: watch::Sender<bool>,
+    /// Every [`SharedRef`] holds a receiver of it: once they are all dropped, `closed`
+    /// completes ([`Shared::leases_returned`]).
+    leases: watch::Sender<()>,
 }
 
 impl Shared {
@@ -71,7 +78,23 @@ impl Shared {
             writer,
             services: Services::default(),
             closing: watch::Sender::new(false),
+            leases: watch::Sender::new(()),
         }
+    }
+
+    /// A lease of the shared state, for an actor, a worker or a task of the runtime.
+    pub(crate) fn lease(self: &Arc<Self>) -> SharedRef {
+        SharedRef {
+            shared: Arc::clone(self),
+            _lease: self.leases.subscribe(),
+        }
+    }
+
+    /// Completes once every [`SharedRef`] is dropped (at once if none is held): the actors
+    /// have stopped and the tasks they started, blocking ones included, have ended, so only
+    /// the runtime's own handle keeps the store open.
+    pub(crate) async fn leases_returned(&self) {
+        self.leases.closed().await;
     }
 
     /// The summariser for `session`'s compactions: its own when a live one is registered
@@ -99,6 +122,32 @@ impl Shared {
 
     pub(crate) fn set_closing(&self) {
         self.closing.send_replace(true);
+    }
+}
+
+/// The shared state as the runtime's actors, workers and tasks hold it: an `Arc` with a lease.
+/// Shutdown awaits the return of every lease ([`Shared::leases_returned`]), so that the store
+/// file is free once the host drops the runtime: an `Arc`'s count offers no notification, a
+/// watch channel's receivers do.
+pub(crate) struct SharedRef {
+    shared: Arc<Shared>,
+    _lease: watch::Receiver<()>,
+}
+
+impl Clone for SharedRef {
+    fn clone(&self) -> Self {
+        SharedRef {
+            shared: Arc::clone(&self.shared),
+            _lease: self._lease.clone(),
+        }
+    }
+}
+
+impl Deref for SharedRef {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
     }
 }
 
