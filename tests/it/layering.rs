@@ -56,11 +56,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("lcm-llm", &["lcm-core"]),
     ("lcm-embed", &["lcm-core"]),
     ("lcm-store", &["lcm-core", "lcm-files"]),
-    ("lcm-search", &["lcm-core", "lcm-regex", "lcm-store"]),
+    (
+        "lcm-search",
+        &["lcm-core", "lcm-embed", "lcm-regex", "lcm-store"],
+    ),
     (
         "lcm-engine",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-files",
             "lcm-llm",
             "lcm-regex",
@@ -72,6 +76,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "lcm-server",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-engine",
             "lcm-llm",
             "lcm-regex",
@@ -82,6 +87,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "lcm-mcp",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-engine",
             "lcm-regex",
             "lcm-search",
@@ -92,6 +98,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "lcm-eval",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-engine",
             "lcm-files",
             "lcm-llm",
@@ -104,6 +111,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "lcm-cli",
         &[
             "lcm-core",
+            "lcm-embed",
             "lcm-engine",
             "lcm-eval",
             "lcm-llm",

@@ -21,6 +21,7 @@ mod mcp;
 mod read_only;
 mod real_transcripts;
 mod runtime_concurrency;
+mod semantic;
 #[cfg(unix)]
 mod serve;
 mod supervision;

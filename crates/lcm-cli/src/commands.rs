@@ -145,19 +145,39 @@ fn print_import_report(r: &ImportReport) {
     }
 }
 
-/// Brings the index up to date with the store, with a progress bar.
+/// Brings the index up to date with the store, with a progress bar, and then the embeddings
+/// when a model is configured (Ctrl-C stops those after their current batch; the next import,
+/// `lcm reindex` or `lcm serve` goes on from there).
 pub fn catch_up_index(app: &App, data: &DataDir) -> Result<u64> {
     let pending = data.store.next_message_id()?.0 - data.index.watermark().0;
-    if pending == 0 {
-        return Ok(0);
+    let mut indexed = 0;
+    if pending > 0 {
+        let bar = count_bar(app.quiet, "indexing", pending);
+        let result = data.index.catch_up(&data.store, |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        });
+        bar.finish_and_clear();
+        indexed = result?;
     }
-    let bar = count_bar(app.quiet, "indexing", pending);
-    let indexed = data.index.catch_up(&data.store, |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
-    bar.finish_and_clear();
-    Ok(indexed?)
+    if let Some(semantic) = data.index.semantic() {
+        let interrupt = Interrupt::install()?;
+        let behind = data.store.next_message_id()?.0 - semantic.watermark()?.0;
+        if behind > 0 {
+            let bar = count_bar(app.quiet, "embedding", behind);
+            let result = semantic.catch_up_until(
+                &data.store,
+                |done, total| {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                },
+                || interrupt.requested(),
+            );
+            bar.finish_and_clear();
+            result?;
+        }
+    }
+    Ok(indexed)
 }
 
 #[derive(Debug, Args)]
@@ -443,9 +463,45 @@ pub fn reindex(app: &App) -> Result<()> {
         ))
         .into());
     }
+    // The embeddings, when a model is configured, are rebuilt after the words.
+    let mut embedded = None;
+    if let Some(semantic) = data.index.semantic() {
+        let bar = count_bar(app.quiet, "embedding", total);
+        let result = semantic.rebuild_until(
+            &data.store,
+            |done, total| {
+                bar.set_length(total);
+                bar.set_position(done);
+            },
+            || interrupt.requested(),
+        );
+        bar.finish_and_clear();
+        let done = result?;
+        if done < total {
+            if app.json {
+                print_json(&serde_json::json!({
+                    "indexed": indexed, "embedded": done, "interrupted": true
+                }))?;
+            }
+            return Err(Interrupted(format!(
+                "the vector index covers the first {} of {} messages; the next import, \
+                 `lcm serve` or `lcm reindex` embeds the rest",
+                thousands(done),
+                thousands(total)
+            ))
+            .into());
+        }
+        embedded = Some(done);
+    }
     if app.json {
-        return print_json(&serde_json::json!({ "indexed": indexed }));
+        return print_json(&match embedded {
+            Some(embedded) => serde_json::json!({ "indexed": indexed, "embedded": embedded }),
+            None => serde_json::json!({ "indexed": indexed }),
+        });
     }
     println!("reindexed {} messages", thousands(indexed));
+    if let Some(embedded) = embedded {
+        println!("embedded {} messages", thousands(embedded));
+    }
     Ok(())
 }

@@ -27,7 +27,8 @@ pub enum EvalCommand {
 pub struct RecallArgs {
     /// A LoCoMo-format JSON file (conversations with `qa` and `evidence`).
     pub file: PathBuf,
-    /// A search mode to measure (repeatable). Default: full-text.
+    /// A search mode to measure (repeatable). Default: full-text, and semantic and hybrid when
+    /// an embedding model is configured (`[embeddings] model_dir`).
     #[arg(long = "mode", value_enum)]
     pub modes: Vec<Mode>,
     /// Import into this data directory and keep it (a second run reuses it). Default: a
@@ -45,12 +46,18 @@ pub fn eval_cmd(app: &App, args: &EvalArgs) -> Result<()> {
 
 fn recall_cmd(app: &App, args: &RecallArgs) -> Result<()> {
     let modes: Vec<GrepMode> = if args.modes.is_empty() {
-        vec![GrepMode::FullText]
+        if app.config.embeddings.model_dir.is_some() {
+            vec![GrepMode::FullText, GrepMode::Semantic, GrepMode::Hybrid]
+        } else {
+            vec![GrepMode::FullText]
+        }
     } else {
         args.modes.iter().map(|m| m.grep_mode()).collect()
     };
     if modes.contains(&GrepMode::Regex) {
-        bail!("recall is measured for ranked search (--mode full-text), not regex");
+        bail!(
+            "recall is measured for ranked search (--mode full-text, semantic or hybrid), not regex"
+        );
     }
     let conversations = locomo::load(&args.file)?;
     let temporary;
@@ -67,8 +74,14 @@ fn recall_cmd(app: &App, args: &RecallArgs) -> Result<()> {
     let data = DataDir::open(&dir, &app.config)
         .with_context(|| format!("cannot open the data directory {}", dir.display()))?;
     let importing = spinner(app.quiet, "importing");
-    let imported = recall::import(&data, &conversations);
+    let embedding = count_bar(app.quiet, "embedding", 0);
+    let imported = recall::import(&data, &conversations, |done, total| {
+        importing.finish_and_clear();
+        embedding.set_length(total);
+        embedding.set_position(done);
+    });
     importing.finish_and_clear();
+    embedding.finish_and_clear();
     let imported = imported?;
     let questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
     let bar = count_bar(app.quiet, "searching", (questions * modes.len()) as u64);

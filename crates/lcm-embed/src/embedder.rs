@@ -4,8 +4,12 @@
 //! A sentence-transformers directory holds the transformer (`config.json`,
 //! `model.safetensors`), its tokenizer (`tokenizer.json`), the longest input it reads
 //! (`sentence_bert_config.json`: `max_seq_length`) and its pooling (`1_Pooling/config.json`).
-//! Only mean pooling followed by L2 normalisation is supported (what the MiniLM and MPNet
-//! sentence models use); another pooling is refused at load, never silently computed wrong.
+//! `modules.json`, when present, names the pipeline: a `Transformer`, a `Pooling` and an
+//! optional `Normalize` module are supported; any other module (a `Dense` projection, ...) would
+//! change the vectors, so it is refused at load. Only mean pooling is supported (what the
+//! MiniLM and MPNet sentence models use); another pooling is refused too, never silently
+//! computed wrong. Vectors are always L2-normalised (with or without a `Normalize` module: the
+//! same direction, and the index compares by cosine).
 
 use std::io::Read;
 use std::ops::Range;
@@ -28,12 +32,19 @@ pub enum EmbedError {
         "cannot read {path} (a sentence-transformers model directory needs config.json, model.safetensors, tokenizer.json and 1_Pooling/config.json): {source}"
     )]
     Read {
+        /// The file, inside the model directory.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// A file is there but not what a supported model holds.
     #[error("{path}: {detail}")]
-    Invalid { path: PathBuf, detail: String },
+    Invalid {
+        /// The file, inside the model directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The tokenizer failed on an input.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
@@ -143,10 +154,11 @@ fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T>
 impl Embedder {
     /// Loads the model in `dir` (see the module doc for the files it reads).
     pub fn load(dir: &Path, options: EmbedOptions) -> Result<Embedder> {
-        let config_path = dir.join("config.json");
+        let (root, pooling_dir) = pipeline(dir)?;
+        let config_path = root.join("config.json");
         let config_bytes = read(&config_path)?;
         let config: BertConfig = parse(&config_path, &config_bytes)?;
-        let pooling_path = dir.join("1_Pooling").join("config.json");
+        let pooling_path = pooling_dir.join("config.json");
         let pooling: PoolingConfig = parse(&pooling_path, &read(&pooling_path)?)?;
         if !pooling.pooling_mode_mean_tokens
             || pooling.pooling_mode_cls_token
@@ -160,7 +172,7 @@ impl Embedder {
         }
         // sentence-transformers reads at most max_seq_length word pieces (the tokenizer's own
         // limit may be larger), and never more than the model has positions for.
-        let st_path = dir.join("sentence_bert_config.json");
+        let st_path = root.join("sentence_bert_config.json");
         let max_seq = match std::fs::read(&st_path) {
             Ok(bytes) => parse::<SentenceBertConfig>(&st_path, &bytes)?.max_seq_length,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 512,
@@ -179,7 +191,7 @@ impl Embedder {
             });
         }
 
-        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer_path = root.join("tokenizer.json");
         let tokenizer_bytes = read(&tokenizer_path)?;
         let mut splitter =
             Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| EmbedError::Invalid {
@@ -198,7 +210,7 @@ impl Embedder {
             }))
             .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
 
-        let weights = dir.join("model.safetensors");
+        let weights = root.join("model.safetensors");
         let model_id = model_id(dir, &config_bytes, &tokenizer_bytes, &weights)?;
         // SAFETY: the weights file is mapped read-only for the model's lifetime; lcm never
         // writes it, and a model directory is not meant to change under a running process.
@@ -260,6 +272,23 @@ impl Embedder {
     /// as sentence-transformers does). Texts are batched by length, so a batch pads little;
     /// the order of the result is the order of `texts`.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Everything parallel runs in this embedder's pool: the tokenizer's batch encoding and
+        // candle's matrix products (gemm) and softmax are rayon work, which runs on the pool
+        // that `install` makes current. `threads` thus bounds the compute threads, and rayon's
+        // global pool is never started (tests/it/model.rs checks it).
+        self.pool.install(|| self.embed_in_pool(texts))
+    }
+
+    /// The threads of the pool the model computes on ([`EmbedOptions::threads`], 0 resolved to
+    /// the number of cores).
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    fn embed_in_pool(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let encodings = self
             .tokenizer
             .encode_batch(texts.to_vec(), true)
@@ -268,9 +297,7 @@ impl Embedder {
         order.sort_by_key(|&i| encodings[i].get_ids().len());
         let mut out = vec![Vec::new(); texts.len()];
         for batch in order.chunks(self.batch_size) {
-            let vectors = self.pool.install(|| {
-                self.forward(batch.iter().map(|&i| &encodings[i]).collect::<Vec<_>>())
-            })?;
+            let vectors = self.forward(batch.iter().map(|&i| &encodings[i]).collect())?;
             for (&i, v) in batch.iter().zip(vectors) {
                 out[i] = v;
             }
@@ -341,6 +368,58 @@ impl Embedder {
             last.end = text.len();
         }
         Ok(out)
+    }
+}
+
+/// One entry of `modules.json`: a step of the pipeline sentence-transformers runs.
+#[derive(Deserialize)]
+struct Module {
+    #[serde(default)]
+    path: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// The directory of the transformer's files and that of the pooling configuration, from
+/// `modules.json` (without one: `dir` itself and `dir/1_Pooling`).
+fn pipeline(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let path = dir.join("modules.json");
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((dir.to_path_buf(), dir.join("1_Pooling")));
+        }
+        Err(source) => return Err(EmbedError::Read { path, source }),
+    };
+    let modules: Vec<Module> = parse(&path, &bytes)?;
+    let (mut transformer, mut pooling) = (None, None);
+    for module in &modules {
+        // "sentence_transformers.models.Pooling" and the like: the class name decides.
+        let class = module.kind.rsplit('.').next().unwrap_or_default();
+        match class {
+            "Transformer" if transformer.is_none() => transformer = Some(dir.join(&module.path)),
+            "Pooling" if pooling.is_none() && transformer.is_some() => {
+                pooling = Some(dir.join(&module.path));
+            }
+            "Normalize" if pooling.is_some() => {}
+            _ => {
+                return Err(EmbedError::Invalid {
+                    path,
+                    detail: format!(
+                        "module {:?} is not supported here: only a Transformer, then a Pooling, \
+                         then optionally a Normalize module",
+                        module.kind
+                    ),
+                });
+            }
+        }
+    }
+    match (transformer, pooling) {
+        (Some(transformer), Some(pooling)) => Ok((transformer, pooling)),
+        _ => Err(EmbedError::Invalid {
+            path,
+            detail: "a Transformer and a Pooling module are needed".into(),
+        }),
     }
 }
 

@@ -13,6 +13,8 @@
 //! Architecture invariant: this crate knows models, not lcm's data: it takes text and returns
 //! vectors; the index that keeps them is `lcm-search`'s.
 
+#![warn(missing_docs)]
+
 mod embedder;
 
-pub use embedder::{EmbedError, EmbedOptions, Embedder};
+pub use embedder::{EmbedError, EmbedOptions, Embedder, MAX_CHUNKED_BYTES};

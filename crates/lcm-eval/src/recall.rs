@@ -34,8 +34,13 @@ pub struct Imported {
 }
 
 /// Imports each conversation as a session named `locomo/<id>` (idempotently: turns are keyed
-/// by their `dia_id`, so a second import adds nothing) and brings the index up to date.
-pub fn import(data: &DataDir, conversations: &[Conversation]) -> Result<Vec<Imported>> {
+/// by their `dia_id`, so a second import adds nothing) and brings the index up to date, the
+/// embeddings too when a model is configured (`embedded(done, total)` as they are made).
+pub fn import(
+    data: &DataDir,
+    conversations: &[Conversation],
+    embedded: impl FnMut(u64, u64),
+) -> Result<Vec<Imported>> {
     let mut out = Vec::with_capacity(conversations.len());
     for conversation in conversations {
         let session = data
@@ -51,6 +56,9 @@ pub fn import(data: &DataDir, conversations: &[Conversation]) -> Result<Vec<Impo
         out.push(Imported { session, dia_id_of });
     }
     data.index.catch_up(&data.store, |_, _| {})?;
+    if let Some(semantic) = data.index.semantic() {
+        semantic.catch_up_until(&data.store, embedded, || false)?;
+    }
     Ok(out)
 }
 
@@ -218,13 +226,6 @@ fn scores<'a>(ranked: impl Iterator<Item = &'a Ranked>) -> Scores {
     }
 }
 
-fn mode_name(mode: GrepMode) -> String {
-    serde_json::to_value(mode)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| format!("{mode:?}"))
-}
-
 impl RecallReport {
     /// The report as a Markdown table: one row per mode and category (`all` first).
     pub fn to_table(&self) -> String {
@@ -239,7 +240,7 @@ impl RecallReport {
         }
         out.push_str(" ---: |\n");
         for mode in &self.modes {
-            let name = mode_name(mode.mode);
+            let name = mode.mode.name();
             let rows = std::iter::once(("all".to_string(), &mode.overall)).chain(
                 mode.categories
                     .iter()

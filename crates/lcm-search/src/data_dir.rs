@@ -3,6 +3,7 @@
 //! ```text
 //! <data_dir>/lcm.redb   the store (the truth)
 //! <data_dir>/index/     the tantivy index (derived; safe to delete)
+//! <data_dir>/vectors/   the vector index, with an embedding model (derived; safe to delete)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use lcm_core::config::Config;
 use lcm_core::tokens::TokenCounter;
 
 use crate::index::SearchIndex;
+use crate::semantic::{Semantic, VECTORS_DIR};
 use lcm_store::error::{Result, StoreError};
 use lcm_store::store::{Store, StoreOptions};
 
@@ -61,7 +63,12 @@ impl DataDir {
 
     /// The data directory at `path` around its opened `store`: the index beside it.
     fn with_store(path: PathBuf, store: Store, config: &Config) -> Result<DataDir> {
-        let index = SearchIndex::open(path.join(INDEX_DIR), &store, &config.search)?;
+        let mut index = SearchIndex::open(path.join(INDEX_DIR), &store, &config.search)?;
+        index.set_semantic(Semantic::new(
+            path.join(VECTORS_DIR),
+            &config.embeddings,
+            !store.is_read_only(),
+        ));
         Ok(DataDir { path, store, index })
     }
 }

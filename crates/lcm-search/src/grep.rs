@@ -142,9 +142,14 @@ pub struct GrepHit {
     pub snippet: String,
     /// Matches in the message (regex; at most 1000 are counted), or matched words (full text).
     pub matches: usize,
-    /// BM25 score (full text, indexed messages only).
+    /// BM25 score (full text, indexed messages only), cosine similarity (semantic), or the
+    /// fused score (hybrid).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
+    /// Which searches found the message (semantic and hybrid hits: `full_text`, `semantic`
+    /// or both); empty for regex and full-text hits, found by their own mode.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub found_by: Vec<GrepMode>,
 }
 
 /// How a page was answered (for tools and benchmarks).
@@ -157,6 +162,10 @@ pub enum Strategy {
     Scan,
     /// BM25 over the words index.
     Ranked,
+    /// Nearest embeddings in the vector index.
+    Semantic,
+    /// BM25 and the vector index, fused.
+    Hybrid,
 }
 
 /// One page of hits.
@@ -205,7 +214,15 @@ pub fn grep<S: RecordSource>(
         GrepMode::FullText => {
             full_text_grep(store, index, config, request, limit, cursor, fingerprint)
         }
-        GrepMode::Semantic | GrepMode::Hybrid => Err(no_embeddings_error(request.mode)),
+        GrepMode::Semantic | GrepMode::Hybrid => crate::hybrid::ranked_by_meaning(
+            store,
+            index,
+            config,
+            request,
+            limit,
+            cursor,
+            fingerprint,
+        ),
     }
 }
 
@@ -470,6 +487,7 @@ fn regex_hit(
         snippet: snippet(text, first.start(), first.end(), snippet_chars),
         matches,
         score: None,
+        found_by: Vec::new(),
     })
 }
 
@@ -850,6 +868,7 @@ fn full_text_grep<S: RecordSource>(
             snippet: snippet(&text, start, end, config.snippet_chars),
             matches: matched.len(),
             score,
+            found_by: Vec::new(),
         }))
     };
 
@@ -1126,7 +1145,7 @@ fn check_pattern(pattern: &str) -> Result<()> {
 /// Where the next page starts. Encoded with a fingerprint of the request, so a cursor used
 /// with another query is refused instead of silently returning wrong pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cursor {
+pub(crate) enum Cursor {
     /// Regex, or the unranked tail of a full-text search: hits after this message.
     After(MessageId),
     /// Full text: ranked hits from this offset.
@@ -1134,7 +1153,7 @@ enum Cursor {
 }
 
 impl Cursor {
-    fn encode(self, fingerprint: u64) -> String {
+    pub(crate) fn encode(self, fingerprint: u64) -> String {
         match self {
             Cursor::After(id) => format!("a{:x}.{fingerprint:016x}", id.0),
             Cursor::Ranked(offset) => format!("r{offset:x}.{fingerprint:016x}"),

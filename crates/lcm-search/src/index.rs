@@ -180,6 +180,8 @@ pub struct SearchIndex {
     /// Messages below this were handed to the writer ([`SearchIndex::feed`]), committed or not;
     /// never below the watermark. Only changed with the writer's lock held.
     fed: AtomicU64,
+    /// Search by meaning, when an embedding model is configured.
+    semantic: Option<crate::semantic::Semantic>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -311,6 +313,7 @@ impl SearchIndex {
             config: config.clone(),
             watermark: AtomicU64::new(watermark),
             fed: AtomicU64::new(watermark),
+            semantic: None,
         })
     }
 
@@ -726,6 +729,16 @@ impl SearchIndex {
         self.index
             .tokenizer_for_field(self.fields.words)
             .during("looking up the words analyzer")
+    }
+
+    /// Search by meaning, if an embedding model is configured.
+    pub fn semantic(&self) -> Option<&crate::semantic::Semantic> {
+        self.semantic.as_ref()
+    }
+
+    /// Gives the index its search by meaning (see [`crate::semantic`]).
+    pub fn set_semantic(&mut self, semantic: Option<crate::semantic::Semantic>) {
+        self.semantic = semantic;
     }
 
     /// Number of indexed documents (integrity checks, stats).

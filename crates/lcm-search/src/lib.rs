@@ -17,9 +17,12 @@
 
 pub mod data_dir;
 pub mod grep;
+mod hybrid;
 pub mod index;
+pub mod semantic;
 mod trigram_index;
 mod trigram_keys;
+pub mod vectors;
 pub mod word_tokens;
 
 pub use data_dir::DataDir;

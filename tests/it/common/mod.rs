@@ -97,3 +97,39 @@ impl SplitMix {
         self.next_u64() % n.max(1)
     }
 }
+
+/// The all-MiniLM-L6-v2 directory from `../shared/tools/embed-model/setup.sh`, or `None` (with a
+/// message) when the model cannot be put on disk.
+pub fn embed_model_dir() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let setup =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/embed-model/setup.sh");
+        let out = std::process::Command::new(&setup).output();
+        match out {
+            Ok(out) if out.status.success() => Some(PathBuf::from(
+                String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            )),
+            Ok(out) => {
+                eprintln!(
+                    "SKIPPED: the embedding model could not be set up: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: cannot run {}: {e}", setup.display());
+                None
+            }
+        }
+    })
+    .clone()
+}
+
+/// The default configuration with the embedding model of [`embed_model_dir`].
+pub fn config_with_embeddings(model_dir: &std::path::Path) -> Config {
+    let mut config = Config::default();
+    config.embeddings.model_dir = Some(model_dir.to_path_buf());
+    config.embeddings.index_batch = 64;
+    config
+}

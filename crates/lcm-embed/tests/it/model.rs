@@ -169,4 +169,49 @@ fn a_broken_model_directory_is_refused_naming_the_file() {
     .unwrap();
     let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
     assert!(err.to_string().contains("mean pooling"), "{err}");
+
+    // A pipeline with a module that would change the vectors (a Dense projection): refused.
+    std::fs::write(
+        tmp.path().join("modules.json"),
+        r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+            {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+            {"idx":2,"name":"2","path":"2_Dense","type":"sentence_transformers.models.Dense"}]"#,
+    )
+    .unwrap();
+    let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("modules.json") && text.contains("Dense"),
+        "{text}"
+    );
+}
+
+#[test]
+fn threads_bound_the_computation_and_rayons_global_pool_stays_unused() {
+    let Some(dir) = model_dir() else { return };
+    let options = EmbedOptions {
+        threads: 1,
+        batch_size: 4,
+        ..EmbedOptions::default()
+    };
+    let model = Embedder::load(&dir, options).unwrap();
+    assert_eq!(model.threads(), 1);
+    let reference = reference();
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+    let vectors = model.embed(&texts).unwrap();
+    assert_eq!(vectors.len(), texts.len());
+    // The tokenizer's batch encoding and candle's kernels are rayon work: run outside the
+    // embedder's pool they would start rayon's global pool (one thread per core), which could
+    // then no longer be configured. Nothing else in this binary uses rayon.
+    assert!(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build_global()
+            .is_ok(),
+        "rayon's global pool was started: some embedding work ran outside the embedder's pool"
+    );
+    let default = Embedder::load(&dir, EmbedOptions::default()).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(default.threads(), cores);
+    assert!(model.embed(&[]).unwrap().is_empty());
 }

@@ -1,9 +1,16 @@
-//! IndexerActor: keeps the tantivy index caught up with the store.
+//! IndexerActor: keeps the tantivy index caught up with the store, and the vector index when
+//! an embedding model is configured.
 //!
 //! Sessions tell it when they appended; it catches up at most every `runtime.index_interval_ms`
 //! (tantivy commits are heavy: one per interval serves every append in it). The index is a
 //! cache of the store: a restarted indexer simply catches up from the watermark, and grep
 //! scans the unindexed tail meanwhile, so search stays complete.
+//!
+//! Embedding is slow (a model runs over every message), so it is done one batch
+//! (`embeddings.index_batch` messages) per actor message, each followed by the next while the
+//! vector index is behind: a flush or a shutdown waits for one batch at most, and no single
+//! message runs long enough to look stuck. A model that cannot be loaded is reported once and
+//! leaves search by meaning off until the next append.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +31,8 @@ pub(crate) enum IndexerMsg {
     CatchUp,
     /// Catch up now and answer with the number of messages indexed.
     Flush(RpcReplyPort<Result<u64, RuntimeError>>),
+    /// Embed the next batch of messages into the vector index.
+    Embed,
 }
 
 pub(crate) struct IndexerActor;
@@ -32,6 +41,8 @@ pub(crate) struct IndexerState {
     shared: SharedRef,
     heartbeat: Arc<Heartbeat>,
     scheduled: bool,
+    /// An `Embed` message is on its way.
+    embedding: bool,
 }
 
 #[ractor::async_trait]
@@ -51,6 +62,7 @@ impl Actor for IndexerActor {
             shared,
             heartbeat,
             scheduled: true,
+            embedding: false,
         })
     }
 
@@ -73,13 +85,58 @@ impl Actor for IndexerActor {
             IndexerMsg::CatchUp => {
                 state.scheduled = false;
                 catch_up(&state.shared).await?;
+                start_embedding(&myself, state);
             }
             IndexerMsg::Flush(reply) => {
                 let result = catch_up(&state.shared).await;
                 let _ = reply.send(result);
+                start_embedding(&myself, state);
+            }
+            IndexerMsg::Embed => {
+                state.embedding = false;
+                if embed_batch(&state.shared).await? {
+                    start_embedding(&myself, state);
+                }
             }
         }
         Ok(())
+    }
+}
+
+/// Queues the next batch of embeddings, if a model is configured and none is queued.
+fn start_embedding(myself: &ActorRef<IndexerMsg>, state: &mut IndexerState) {
+    if state.shared.index.semantic().is_some() && !state.embedding {
+        state.embedding = myself.cast(IndexerMsg::Embed).is_ok();
+    }
+}
+
+/// Embeds one batch; whether the vector index is still behind the store. A model that cannot
+/// be loaded (or fails) is logged, not a crash of the indexer: search by meaning says what is
+/// wrong when asked, and everything else goes on.
+async fn embed_batch(shared: &SharedRef) -> Result<bool, RuntimeError> {
+    let s = shared.clone();
+    let outcome = join_blocking(
+        tokio::task::spawn_blocking(move || -> lcm_store::Result<(u64, bool)> {
+            let Some(semantic) = s.index.semantic() else {
+                return Ok((0, false));
+            };
+            let embedded = semantic.catch_up_until(&s.store, |_, _| {}, || true)?;
+            let behind = semantic.watermark()? < s.store.next_message_id()?;
+            Ok((embedded, behind))
+        })
+        .await,
+    )?;
+    match outcome {
+        Ok((embedded, behind)) => {
+            if embedded > 0 {
+                tracing::debug!(embedded, behind, "vector index caught up by a batch");
+            }
+            Ok(behind)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "embedding stopped; search by meaning covers what was embedded before");
+            Ok(false)
+        }
     }
 }
 

@@ -382,24 +382,34 @@ impl Tool for LcmExpandQuery {
     }
 }
 
-/// The summaries standing for the best full-text hits of `query` (most hits first).
+/// The summaries standing for the best hits of `query` (most hits first): hybrid when an
+/// embedding model is configured (words and meaning), else full text, else (no index) regex.
 async fn relevant_summaries(ctx: &ToolContext, query: &str) -> Result<Vec<String>, ToolError> {
-    let mode = if ctx.index.is_some() {
-        "full_text"
-    } else {
-        "regex"
+    let mode = match &ctx.index {
+        Some(index) if index.semantic().is_some() => "hybrid",
+        Some(_) => "full_text",
+        None => "regex",
     };
     let pattern = if ctx.index.is_some() {
         query.to_string()
     } else {
         regex_escape_words(query)
     };
-    let page = LcmGrep
-        .call(
+    let search = |mode: &'static str| {
+        LcmGrep.call(
             ctx,
             json!({"pattern": pattern, "mode": mode, "scope": "messages", "limit": 50}),
         )
-        .await?;
+    };
+    let page = match search(mode).await {
+        Ok(page) => page,
+        // A model that cannot be loaded leaves the words: the expansion still works.
+        Err(e) if mode == "hybrid" => {
+            tracing::warn!(error = %e, "hybrid search failed; lcm_expand_query falls back to full text");
+            search("full_text").await?
+        }
+        Err(e) => return Err(e),
+    };
     let mut counts: Vec<(String, usize)> = Vec::new();
     for group in page
         .get("groups")

@@ -102,11 +102,11 @@ impl Tool for LcmGrep {
                 "properties": {
                     "pattern": {
                         "type": "string", "minLength": 1, "maxLength": 4096,
-                        "description": "mode regex: a regular expression (Rust syntax, case-sensitive; prefix (?i) to ignore case). mode full_text: words to rank by (+word requires, -word excludes, \"a phrase\")."
+                        "description": "mode regex: a regular expression (Rust syntax, case-sensitive; prefix (?i) to ignore case). mode full_text: words to rank by (+word requires, -word excludes, \"a phrase\"). mode semantic or hybrid: what you are looking for, in your own words."
                     },
                     "mode": {
-                        "type": "string", "enum": ["regex", "full_text"], "default": "regex",
-                        "description": "regex: every match, oldest first (exact). full_text: stemmed words, best matches first (BM25)."
+                        "type": "string", "enum": ["regex", "full_text", "semantic", "hybrid"], "default": "regex",
+                        "description": "regex: every match, oldest first (exact). full_text: stemmed words, best matches first (BM25). semantic: messages nearest in meaning (an embedding model must be configured). hybrid: full_text and semantic together, best of both first (the same)."
                     },
                     "scope": {
                         "type": "string", "enum": ["messages", "summaries", "both"], "default": "messages",
@@ -341,6 +341,15 @@ fn resolve(ctx: &ToolContext, args: &Args) -> Result<Plan, ToolError> {
             return Err(ToolError::Unsupported {
                 tool: NAME.into(),
                 message: "full_text search needs the search index, which this host did not open; use mode regex".into(),
+            });
+        }
+        (GrepMode::Semantic | GrepMode::Hybrid, None, _) => {
+            return Err(ToolError::Unsupported {
+                tool: NAME.into(),
+                message: format!(
+                    "{} search needs the search index, which this host did not open; use mode regex",
+                    args.mode.name()
+                ),
             });
         }
         (GrepMode::Regex, None, _) | (GrepMode::Regex, _, Some(_)) => Engine::Scan,

@@ -1,0 +1,212 @@
+//! Sentence embeddings in process (`lcm-embed`, all-MiniLM-L6-v2 on the CPU): throughput on the
+//! first 512 text messages of the real Claude Code sessions, each cut to what the model reads
+//! (its first chunk: at most 254 word pieces), embedded in batches of 32.
+//!
+//! Needs `../shared/tools/embed-model/setup.sh` (the model) and `../shared/data/transcripts`;
+//! without either it says so and measures nothing. Before criterion runs, one timed pass per
+//! thread count prints messages/s, MB/s, the CPU time it took (the thread limit at work) and the
+//! resident memory of the loaded model to stderr. Figures: docs/PERFORMANCE.md.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use lcm_embed::{EmbedOptions, Embedder};
+
+/// Messages embedded per iteration.
+const MESSAGES: usize = 512;
+/// Texts per forward pass (the configuration's default).
+const BATCH: usize = 32;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The model directory `setup.sh` prints, or why there is none.
+fn model_dir() -> Result<PathBuf, String> {
+    let setup = root().join("../shared/tools/embed-model/setup.sh");
+    if !setup.exists() {
+        return Err(format!("{} is absent", setup.display()));
+    }
+    let out = std::process::Command::new(&setup)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", setup.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            setup.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// The first `MESSAGES` messages with text (their text parts, joined) of the four real Claude
+/// Code sessions, in file order, or why there are none.
+fn real_texts() -> Result<Vec<String>, String> {
+    use lcm::core::formats::{Format, LineContext, LineOutcome, parse_line};
+    use lcm::core::message::Part;
+    let dir = root().join("../shared/data/transcripts/claude-code");
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "jsonl")
+                && p.file_stem().is_some_and(|s| s.len() == 36)
+        })
+        .collect();
+    files.sort();
+    let mut texts = Vec::new();
+    for file in &files {
+        let raw = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        for (n, line) in raw.lines().enumerate() {
+            let ctx = LineContext {
+                line: n as u64 + 1,
+                default_session_key: "bench",
+            };
+            let Ok(LineOutcome::Messages(parsed)) =
+                parse_line(Format::ClaudeCode, line.as_bytes(), &ctx)
+            else {
+                continue;
+            };
+            for m in parsed {
+                let text: Vec<&str> = m
+                    .message
+                    .parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Text { text } if !text.trim().is_empty() => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                if !text.is_empty() && texts.len() < MESSAGES {
+                    texts.push(text.join("\n"));
+                }
+            }
+        }
+    }
+    if texts.len() < MESSAGES {
+        return Err(format!(
+            "{} has {} text messages, fewer than {MESSAGES}",
+            dir.display(),
+            texts.len()
+        ));
+    }
+    Ok(texts)
+}
+
+/// Resident memory of this process, in MiB (Linux), 0 elsewhere.
+fn rss_mib() -> f64 {
+    proc_status_kib("VmRSS:") / 1024.0
+}
+
+fn proc_status_kib(field: &str) -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// CPU time (user + system) this process has used, from /proc (Linux: 100 ticks a second).
+fn cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let after_name = &s[s.rfind(')')? + 1..];
+            let fields: Vec<&str> = after_name.split_whitespace().collect();
+            // utime and stime: fields 14 and 15 of stat(5); 11 and 12 after the name.
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+fn load(dir: &Path, threads: usize) -> Embedder {
+    let options = EmbedOptions {
+        batch_size: BATCH,
+        threads,
+        ..EmbedOptions::default()
+    };
+    Embedder::load(dir, options).expect("load the model")
+}
+
+/// One timed embedding of `inputs`, its rates and CPU time to stderr.
+fn timed_pass(name: &str, model: &Embedder, inputs: &[&str], bytes: usize) {
+    let (wall, cpu) = (Instant::now(), cpu_time());
+    let vectors = model.embed(inputs).expect("embed");
+    let (wall, cpu) = (wall.elapsed(), cpu_time() - cpu);
+    assert_eq!(vectors.len(), inputs.len());
+    eprintln!(
+        "embed/{name}: {:.1} messages/s, {:.3} MB/s; CPU time {:.2} s in {:.2} s ({:.2} cores busy)",
+        inputs.len() as f64 / wall.as_secs_f64(),
+        bytes as f64 / 1e6 / wall.as_secs_f64(),
+        cpu.as_secs_f64(),
+        wall.as_secs_f64(),
+        cpu.as_secs_f64() / wall.as_secs_f64(),
+    );
+}
+
+fn embed(c: &mut Criterion) {
+    let (dir, texts) = match (model_dir(), real_texts()) {
+        (Ok(dir), Ok(texts)) => (dir, texts),
+        (Err(why), _) | (_, Err(why)) => {
+            eprintln!("SKIPPED embedding throughput: {why}");
+            return;
+        }
+    };
+    let before = rss_mib();
+    let model = load(&dir, 0);
+    let loaded = rss_mib();
+    // What the model reads of each message: its first chunk (the rest would be other chunks).
+    let inputs: Vec<&str> = texts
+        .iter()
+        .map(|t| {
+            let chunks = model.chunks(t).expect("chunks");
+            chunks.first().map_or("", |c| &t[c.clone()])
+        })
+        .collect();
+    let bytes: usize = inputs.iter().map(|t| t.len()).sum();
+    let whole: usize = texts.iter().map(String::len).sum();
+    eprintln!(
+        "{MESSAGES} messages: {:.1} KB as read by the model ({:.1} KB whole), {} cut to their first chunk",
+        bytes as f64 / 1e3,
+        whole as f64 / 1e3,
+        texts
+            .iter()
+            .zip(&inputs)
+            .filter(|(t, i)| t.len() != i.len())
+            .count(),
+    );
+
+    let mut models = vec![(format!("threads_{}", model.threads()), model)];
+    let (name, model) = &models[0];
+    timed_pass(name, model, &inputs, bytes);
+    eprintln!(
+        "resident memory: {before:.1} MiB before loading, {loaded:.1} MiB with the model loaded, \
+         {:.1} MiB after a pass (peak {:.1} MiB)",
+        rss_mib(),
+        proc_status_kib("VmHWM:") / 1024.0
+    );
+    let one = load(&dir, 1);
+    timed_pass("threads_1", &one, &inputs, bytes);
+    models.push(("threads_1".into(), one));
+
+    let mut group = c.benchmark_group("embed");
+    group
+        .sample_size(10)
+        .throughput(Throughput::Bytes(bytes as u64));
+    for (name, model) in &models {
+        group.bench_function(
+            format!("minilm_l6/{MESSAGES}_messages_batch_{BATCH}/{name}"),
+            |b| b.iter(|| model.embed(&inputs).expect("embed")),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, embed);
+criterion_main!(benches);

@@ -1,0 +1,242 @@
+//! Search by meaning: `semantic` (the nearest embeddings) and `hybrid` (BM25 and the
+//! embeddings, fused), with the scope applied before ranking and pages by offset.
+//!
+//! **Fusion.** Each side ranks a pool of its best [`POOL`] messages (more when a later page
+//! needs them); each side's scores are rescaled to 0..1 over its pool (min-max), and a message
+//! scores the mean of its two rescaled scores (0 on a side that did not find it). Measured on
+//! the LoCoMo development set, this finds more evidence in the first ten hits than reciprocal
+//! rank fusion (k = 60), which ranks a message found by one side alone far down however
+//! strongly that side found it (docs/PERFORMANCE.md, "Hybrid recall").
+
+use std::collections::{HashMap, HashSet};
+
+use lcm_core::config::SearchConfig;
+use lcm_core::ids::MessageId;
+use lcm_store::error::{Result, StoreError};
+use lcm_store::records::{RecordReader, RecordSource};
+
+use crate::grep::{
+    Cursor, GrepHit, GrepMode, GrepPage, GrepRequest, Strategy, no_embeddings_error, snippet,
+};
+use crate::index::SearchIndex;
+
+/// Messages each side of a hybrid search ranks (at least).
+pub const POOL: usize = 100;
+
+/// One fused candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Fused {
+    pub message: MessageId,
+    pub score: f32,
+    pub by_words: bool,
+    /// The best chunk, when the embeddings found it.
+    pub chunk: Option<(u32, u32)>,
+}
+
+/// Min-max rescaled scores of one ranked list (all 1 when every score is equal).
+fn rescaled(scores: impl Iterator<Item = f32> + Clone) -> impl Fn(f32) -> f32 {
+    let (lo, hi) = scores.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), s| {
+        (lo.min(s), hi.max(s))
+    });
+    move |s| {
+        if hi > lo { (s - lo) / (hi - lo) } else { 1.0 }
+    }
+}
+
+/// Fuses the words' ranking and the embeddings' (see the module doc); best first, ties by id.
+pub(crate) fn fuse(
+    words: &[(MessageId, f32)],
+    meaning: &[(MessageId, f32, (u32, u32))],
+) -> Vec<Fused> {
+    let by_words = rescaled(words.iter().map(|w| w.1));
+    let by_meaning = rescaled(meaning.iter().map(|m| m.1));
+    let mut fused: HashMap<MessageId, Fused> = HashMap::new();
+    for &(message, score) in words {
+        fused.insert(
+            message,
+            Fused {
+                message,
+                score: by_words(score) / 2.0,
+                by_words: true,
+                chunk: None,
+            },
+        );
+    }
+    for &(message, score, chunk) in meaning {
+        let entry = fused.entry(message).or_insert(Fused {
+            message,
+            score: 0.0,
+            by_words: false,
+            chunk: None,
+        });
+        entry.score += by_meaning(score) / 2.0;
+        entry.chunk = Some(chunk);
+    }
+    let mut out: Vec<Fused> = fused.into_values().collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.message.cmp(&b.message)));
+    out
+}
+
+/// A page of a semantic or hybrid search (see [`crate::grep::grep`]).
+pub(crate) fn ranked_by_meaning<S: RecordSource>(
+    store: &S,
+    index: &SearchIndex,
+    config: &SearchConfig,
+    request: &GrepRequest,
+    limit: usize,
+    cursor: Option<Cursor>,
+    fingerprint: u64,
+) -> Result<GrepPage> {
+    let semantic = index
+        .semantic()
+        .ok_or_else(|| no_embeddings_error(request.mode))?;
+    let offset = match cursor {
+        None => 0,
+        Some(Cursor::Ranked(offset)) => offset,
+        Some(Cursor::After(_)) => {
+            return Err(StoreError::InvalidCursor(
+                "this cursor belongs to a different search".into(),
+            ));
+        }
+    };
+    let wanted = offset + limit + 1;
+    let scope = &request.scope;
+    let meaning: Vec<(MessageId, f32, (u32, u32))> = semantic
+        .search(
+            &request.pattern,
+            if request.mode == GrepMode::Hybrid {
+                wanted.max(POOL)
+            } else {
+                wanted
+            },
+            scope,
+            None,
+        )?
+        .into_iter()
+        .map(|h| (MessageId(h.message), h.score, h.chunk))
+        .collect();
+    let (ranked, strategy) = if request.mode == GrepMode::Hybrid {
+        let words = index.full_text(&request.pattern, scope, 0, wanted.max(POOL))?;
+        (fuse(&words.hits, &meaning), Strategy::Hybrid)
+    } else {
+        let alone = meaning
+            .iter()
+            .map(|&(message, score, chunk)| Fused {
+                message,
+                score,
+                by_words: false,
+                chunk: Some(chunk),
+            })
+            .collect();
+        (alone, Strategy::Semantic)
+    };
+    let more = ranked.len() > offset + limit;
+    let terms = query_terms(index, &request.pattern)?;
+    let reader = store.reader()?;
+    let mut hits = Vec::with_capacity(limit);
+    for f in ranked.iter().skip(offset).take(limit) {
+        let Some(m) = reader.try_message(f.message)? else {
+            continue;
+        };
+        let text = m.search_text();
+        // The snippet stands around the first query word, else at the start of the chunk the
+        // embeddings matched.
+        let chunk_start = f
+            .chunk
+            .map_or((0, 0), |(start, _)| (start as usize, start as usize));
+        let (start, end) = if f.by_words {
+            word_match(index, &terms, &text)?.unwrap_or(chunk_start)
+        } else {
+            chunk_start
+        };
+        let start = floor_char_boundary(&text, start);
+        let end = floor_char_boundary(&text, end.max(start));
+        let mut found_by = Vec::with_capacity(2);
+        if f.by_words {
+            found_by.push(GrepMode::FullText);
+        }
+        if f.chunk.is_some() {
+            found_by.push(GrepMode::Semantic);
+        }
+        hits.push(GrepHit {
+            message: m.id,
+            session: m.session,
+            seq: m.seq,
+            role: m.role,
+            created_at: m.created_at,
+            snippet: snippet(&text, start, end, config.snippet_chars),
+            matches: usize::from(f.by_words),
+            score: Some(f.score),
+            found_by,
+        });
+    }
+    Ok(GrepPage {
+        messages_examined: hits.len() as u64,
+        hits,
+        next_cursor: more.then(|| Cursor::Ranked(offset + limit).encode(fingerprint)),
+        strategy,
+    })
+}
+
+fn floor_char_boundary(text: &str, mut i: usize) -> usize {
+    i = i.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// The query's words, as the words index cuts them.
+fn query_terms(index: &SearchIndex, query: &str) -> Result<HashSet<String>> {
+    let mut analyzer = index.words_analyzer()?;
+    let mut stream = analyzer.token_stream(query);
+    let mut terms = HashSet::new();
+    while let Some(token) = stream.next() {
+        terms.insert(token.text.clone());
+    }
+    Ok(terms)
+}
+
+/// Where the first of `terms` stands in `text`.
+fn word_match(
+    index: &SearchIndex,
+    terms: &HashSet<String>,
+    text: &str,
+) -> Result<Option<(usize, usize)>> {
+    let mut analyzer = index.words_analyzer()?;
+    let mut stream = analyzer.token_stream(text);
+    while let Some(token) = stream.next() {
+        if terms.contains(&token.text) {
+            return Ok(Some((token.offset_from, token.offset_to)));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fusion_ranks_by_the_mean_of_rescaled_scores() {
+        let words = [
+            (MessageId(1), 9.0),
+            (MessageId(2), 5.0),
+            (MessageId(3), 1.0),
+        ];
+        let meaning = [
+            (MessageId(3), 0.9, (0, 5)),
+            (MessageId(4), 0.7, (5, 9)),
+            (MessageId(1), 0.5, (0, 3)),
+        ];
+        let fused = fuse(&words, &meaning);
+        let order: Vec<u64> = fused.iter().map(|f| f.message.0).collect();
+        // 1: (1 + 0)/2; 3: (0 + 1)/2; 2: (0.5 + 0)/2; 4: (0 + 0.5)/2. Ties by id.
+        assert_eq!(order, [1, 3, 2, 4]);
+        assert!((fused[0].score - 0.5).abs() < 1e-6);
+        assert!(fused[0].by_words && fused[0].chunk == Some((0, 3)));
+        assert!(!fused[3].by_words && fused[3].chunk == Some((5, 9)));
+        assert_eq!(fused[2].chunk, None);
+        assert!(fuse(&[], &[]).is_empty());
+    }
+}
