@@ -20,7 +20,7 @@ use lcm_core::config::EmbeddingsConfig;
 use lcm_core::ids::MessageId;
 use lcm_embed::{EmbedOptions, Embedder};
 use lcm_store::error::{Result, StoreError};
-use lcm_store::store::Store;
+use lcm_store::records::{RecordReader, RecordSource};
 
 use crate::grep::Scope;
 use crate::vectors::{Opened, VectorEntry, VectorFilter, VectorHit, VectorIndex};
@@ -128,7 +128,7 @@ impl Semantic {
     /// when `stop()` says so. Returns the messages embedded.
     pub fn catch_up_until(
         &self,
-        store: &Store,
+        store: &impl RecordSource,
         mut progress: impl FnMut(u64, u64),
         stop: impl Fn() -> bool,
     ) -> Result<u64> {
@@ -156,7 +156,13 @@ impl Semantic {
     }
 
     /// Embeds and commits the messages `from..to`.
-    fn embed_range(&self, loaded: &Loaded, store: &Store, from: u64, to: u64) -> Result<()> {
+    fn embed_range(
+        &self,
+        loaded: &Loaded,
+        store: &impl RecordSource,
+        from: u64,
+        to: u64,
+    ) -> Result<()> {
         let mut texts: Vec<String> = Vec::new();
         let mut entries: Vec<VectorEntry> = Vec::new();
         let mut failure = None;
@@ -204,7 +210,7 @@ impl Semantic {
     /// Drops every vector and embeds the store again.
     pub fn rebuild_until(
         &self,
-        store: &Store,
+        store: &impl RecordSource,
         progress: impl FnMut(u64, u64),
         stop: impl Fn() -> bool,
     ) -> Result<u64> {
