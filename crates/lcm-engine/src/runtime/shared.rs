@@ -25,7 +25,6 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::Faults;
 use super::indexer::IndexerMsg;
-use super::retry::{Attempt, retry_until};
 use super::session_summarizers::SessionSummarizers;
 use super::supervision::ActorKind;
 use super::writer::GroupWriter;
@@ -209,6 +208,32 @@ impl<M: ractor::Message> Slot<M> {
             .await
     }
 
+    /// Asks the actor in the slot the request `build` makes, within `timeout` in all: waits
+    /// out a restart of the actor, and when the actor dies with the request (dropping its reply
+    /// port), waits for its successor and asks it again. Every wait is on the slot's watch
+    /// (woken when the supervisor puts the successor in), never a pause and another try.
+    async fn ask<T: Send + 'static>(
+        &self,
+        kind: ActorKind,
+        closing: &watch::Sender<bool>,
+        timeout: Duration,
+        build: impl Fn(RpcReplyPort<T>) -> M,
+    ) -> Result<T, RuntimeError> {
+        let deadline = Instant::now() + timeout;
+        let mut stopped = None;
+        loop {
+            let actor = self.wait_for(kind, closing, deadline, stopped).await?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match ask(&actor, remaining, &build).await {
+                Ok(answer) => return Ok(answer),
+                Err(AskError::Timeout) => return Err(RuntimeError::Timeout { kind, timeout }),
+                // Lost with the actor: the slot holds it until its supervisor has handled the
+                // stop, so the next wait is for another actor.
+                Err(AskError::Gone) => stopped = Some(actor.get_id()),
+            }
+        }
+    }
+
     async fn wait_for(
         &self,
         kind: ActorKind,
@@ -270,35 +295,15 @@ pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
 }
 
 /// Asks the singleton in `slot` (a `kind` actor) the request `build` makes, within the call
-/// timeout: waits out a restart of the actor, and asks its successor again if it dies with the
-/// request (see [`super::retry`]), so `build` must make the same request every time.
+/// timeout (see [`Slot::ask`]), so `build` must make the same request every time.
 pub(crate) async fn ask_service<M: ractor::Message, T: Send + 'static>(
     shared: &Shared,
     slot: &Slot<M>,
     kind: ActorKind,
     build: impl Fn(RpcReplyPort<T>) -> M,
 ) -> Result<T, RuntimeError> {
-    let deadline = Instant::now() + shared.call_timeout();
-    let build = &build;
-    retry_until(deadline, || async move {
-        let actor = match slot.wait(kind, shared, deadline).await {
-            Ok(actor) => actor,
-            Err(error) => return Attempt::Done(Err(error)),
-        };
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        match ask(&actor, remaining, build).await {
-            Ok(answer) => Attempt::Done(Ok(answer)),
-            Err(AskError::Timeout) => Attempt::Done(Err(RuntimeError::Timeout {
-                kind,
-                timeout: shared.call_timeout(),
-            })),
-            Err(AskError::Gone) => Attempt::lost(RuntimeError::Unavailable {
-                kind,
-                detail: "it stopped".into(),
-            }),
-        }
-    })
-    .await
+    slot.ask(kind, &shared.closing, shared.call_timeout(), build)
+        .await
 }
 
 /// Re-raises a panic caught in a blocking task in the actor that awaited it, so that the
@@ -335,6 +340,42 @@ mod tests {
             _args: (),
         ) -> Result<(), ActorProcessingErr> {
             Ok(())
+        }
+    }
+
+    /// A request answered with a number.
+    struct Ask(RpcReplyPort<u32>);
+
+    /// Answers every [`Ask`] with its number, or (`None`) fails on the first, dropping it.
+    struct Answering(Option<u32>);
+
+    #[ractor::async_trait]
+    impl Actor for Answering {
+        type Msg = Ask;
+        type State = ();
+        type Arguments = ();
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<Ask>,
+            _args: (),
+        ) -> Result<(), ActorProcessingErr> {
+            Ok(())
+        }
+
+        async fn handle(
+            &self,
+            _myself: ActorRef<Ask>,
+            Ask(reply): Ask,
+            _state: &mut (),
+        ) -> Result<(), ActorProcessingErr> {
+            match self.0 {
+                Some(answer) => {
+                    let _ = reply.send(answer);
+                    Ok(())
+                }
+                None => Err("failed on the request".into()),
+            }
         }
     }
 
@@ -428,5 +469,59 @@ mod tests {
             .await;
         assert!(matches!(answer, Err(RuntimeError::Unavailable { .. })));
         assert!(Instant::now() >= deadline);
+    }
+
+    #[tokio::test]
+    async fn a_request_lost_with_its_actor_is_asked_of_the_successor_once_it_is_in() {
+        let slot = Arc::new(Slot::<Ask>::default());
+        let closing = Arc::new(watch::Sender::new(false));
+        let (dying, dying_handle) = Actor::spawn(None, Answering(None), ()).await.unwrap();
+        slot.set(Some(dying.clone()));
+        let asking = {
+            let (slot, closing) = (Arc::clone(&slot), Arc::clone(&closing));
+            tokio::spawn(async move {
+                slot.ask(ActorKind::Indexer, &closing, Duration::from_secs(60), Ask)
+                    .await
+            })
+        };
+        dying_handle.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !asking.is_finished(),
+            "the slot still holds the actor that died: the caller waits for its successor"
+        );
+        let (next, next_handle) = Actor::spawn(None, Answering(Some(7)), ()).await.unwrap();
+        slot.set(Some(next.clone()));
+        let answer = tokio::time::timeout(Duration::from_secs(5), asking)
+            .await
+            .expect("woken by the successor, long before the deadline")
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer, 7);
+        next.stop(None);
+        next_handle.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_request_lost_with_no_successor_in_time_says_the_actor_is_unavailable() {
+        let slot = Slot::<Ask>::default();
+        let closing = watch::Sender::new(false);
+        let (dying, dying_handle) = Actor::spawn(None, Answering(None), ()).await.unwrap();
+        slot.set(Some(dying));
+        let started = Instant::now();
+        let answer = slot
+            .ask(
+                ActorKind::Compactor,
+                &closing,
+                Duration::from_millis(50),
+                Ask,
+            )
+            .await;
+        assert!(
+            matches!(answer, Err(RuntimeError::Unavailable { .. })),
+            "{answer:?}"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        dying_handle.await.unwrap();
     }
 }
