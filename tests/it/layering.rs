@@ -1,7 +1,9 @@
 //! The layering of the workspace, checked on its manifests and sources: every crate depends
 //! only on the crates below it, nothing above the store names redb (so that a second storage
-//! backend can replace it without touching the engine, the daemon or the tools), and the regex
-//! planning crate depends on nothing but the regex crates.
+//! backend can replace it without touching the engine, the daemon or the tools), the store
+//! names no crate of the search (the index engine is the search's), the search reads the store
+//! only through its record source, and the regex planning crate depends on nothing but the
+//! regex crates.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -197,6 +199,107 @@ fn nothing_above_the_store_names_redb() {
             file.display()
         );
     }
+}
+
+/// What the store must not name: the crates of the derived search and its index engine (a
+/// dependency whose name starts with one of these).
+const THE_SEARCH: &[&str] = &["lcm-search", "lcm-regex", "tantivy"];
+
+#[test]
+fn the_store_names_neither_the_search_nor_its_index_engine() {
+    // The store and every workspace crate it builds on (its dev-dependencies may use the
+    // search: its integration tests check the index's agreement with it).
+    let mut pending = vec!["lcm-store".to_string()];
+    let mut seen = BTreeSet::new();
+    while let Some(name) = pending.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let manifest = root().join("crates").join(&name).join("Cargo.toml");
+        let deps = dependencies(&manifest, &["dependencies", "build-dependencies"]);
+        for dep in &deps {
+            assert!(
+                !THE_SEARCH.iter().any(|s| dep.starts_with(s)),
+                "{name} (lcm-store or a crate below it) depends on {dep}: the index is lcm-search's"
+            );
+        }
+        pending.extend(deps.into_iter().filter(|d| d.starts_with("lcm-")));
+    }
+    assert!(
+        seen.contains("lcm-core"),
+        "the walk reached the crates below ({seen:?})"
+    );
+    let mut files = Vec::new();
+    sources(&root().join("crates/lcm-store/src"), &mut files);
+    assert!(files.len() > 10, "the sources were found ({})", files.len());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for path in ["tantivy::", "lcm_search::", "lcm_regex::"] {
+            assert!(
+                !text.contains(path),
+                "{} uses {path}: the store names no crate of the search",
+                file.display()
+            );
+        }
+    }
+}
+
+/// The files of `lcm-search` that may name redb's store, each for a reason of its own: the data
+/// directory opens the store file (choosing the backend is its job), and the integrity check's
+/// `DerivedIndex::rebuild_from` takes the store it checks (a check is of one backend's tables).
+const SEARCH_FILES_NAMING_THE_STORE: &[&str] = &["data_dir.rs", "lib.rs"];
+
+/// Whether `text` names redb's store or its reader: `Store` or `StoreReader` as a whole word
+/// (`StoreError`, `StoreOptions` are not the store), or anything of `lcm_store::store`.
+fn names_the_store(text: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let whole = |name: &str| {
+        text.match_indices(name).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + name.len()..].chars().next();
+            !before.is_some_and(word) && !after.is_some_and(word)
+        })
+    };
+    whole("Store") || whole("StoreReader") || text.contains("lcm_store::store::")
+}
+
+#[test]
+fn search_reads_the_store_only_through_the_record_source() {
+    // Code only: a file's tests (its `#[cfg(test)] mod tests`, last in the file) build stores
+    // to search, and a comment may name the store it talks about.
+    let mut files = Vec::new();
+    sources(&root().join("crates/lcm-search/src"), &mut files);
+    assert!(files.len() > 5, "the sources were found ({})", files.len());
+    let mut checked = 0;
+    for file in files {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if SEARCH_FILES_NAMING_THE_STORE.contains(&name) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        for (n, line) in code.lines().enumerate() {
+            let line = line.trim_start();
+            if line.starts_with("//") {
+                continue;
+            }
+            assert!(
+                !names_the_store(line),
+                "{}:{}: `{line}` names redb's store: search reads messages through \
+                 lcm_store::RecordSource, which a second backend implements",
+                file.display(),
+                n + 1
+            );
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= 5,
+        "grep, index, semantic and more were checked ({checked})"
+    );
+    assert!(names_the_store("fn f(store: &Store)"));
+    assert!(names_the_store("use lcm_store::store::Store;"));
+    assert!(!names_the_store("Result<(), StoreError>"));
 }
 
 #[test]

@@ -31,8 +31,7 @@ use lcm_regex::start_classes::{StartClasses, StartSearch};
 use lcm_regex::trigram;
 use lcm_store::error::{Result, StoreError};
 use lcm_store::record::RecordView;
-use lcm_store::records::{InRow, Step};
-use lcm_store::store::{Store, StoreReader};
+use lcm_store::records::{InRow, RecordReader, RecordSource, Step};
 
 /// Longest pattern accepted.
 const MAX_PATTERN_LEN: usize = 4_096;
@@ -182,8 +181,8 @@ pub struct GrepPage {
 
 /// Runs a search. Bad patterns and foreign cursors are [`StoreError::InvalidQuery`] /
 /// [`StoreError::InvalidCursor`].
-pub fn grep(
-    store: &Store,
+pub fn grep<S: RecordSource>(
+    store: &S,
     index: &SearchIndex,
     config: &SearchConfig,
     request: &GrepRequest,
@@ -227,8 +226,8 @@ pub fn grep(
     }
 }
 
-fn regex_grep(
-    store: &Store,
+fn regex_grep<S: RecordSource>(
+    store: &S,
     index: &SearchIndex,
     config: &SearchConfig,
     request: &GrepRequest,
@@ -332,9 +331,9 @@ fn in_ranges(ranges: &[std::ops::Range<u64>], id: u64) -> bool {
 }
 
 /// Offers every message of `ids` in scope and after `after` to the collector, in id order.
-fn scan(
-    store: &Store,
-    reader: &StoreReader,
+fn scan<S: RecordSource>(
+    store: &S,
+    reader: &S::Reader<'_>,
     scope: &Scope,
     after: Option<MessageId>,
     ids: std::ops::Range<MessageId>,
@@ -379,8 +378,8 @@ const MIN_IDS_PER_THREAD: u64 = 4_096;
 /// Scans every message in `ids` (all sessions) on all cores, offering hits in id order. The
 /// calling thread scans the first part of each window itself; a window too small to split is
 /// scanned by it alone, up to the limit.
-fn scan_parallel(
-    store: &Store,
+fn scan_parallel<S: RecordSource>(
+    store: &S,
     scope: &Scope,
     ids: std::ops::Range<MessageId>,
     collector: &mut HitCollector<'_>,
@@ -446,8 +445,8 @@ fn scan_parallel(
 
 /// One part of a [`scan_parallel`] window: its first `room` hits in id order and how many
 /// messages in scope it examined.
-fn scan_part(
-    store: &Store,
+fn scan_part<S: RecordSource>(
+    store: &S,
     scope: &Scope,
     ids: std::ops::Range<u64>,
     room: usize,
@@ -815,8 +814,8 @@ impl<'r> HitCollector<'r> {
     }
 }
 
-fn full_text_grep(
-    store: &Store,
+fn full_text_grep<S: RecordSource>(
+    store: &S,
     index: &SearchIndex,
     config: &SearchConfig,
     request: &GrepRequest,
@@ -1206,6 +1205,7 @@ fn request_fingerprint(request: &GrepRequest) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lcm_store::store::Store;
 
     /// The first page (10 hits) of a regex grep.
     fn first_regex_page(

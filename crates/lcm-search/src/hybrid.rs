@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use lcm_core::config::SearchConfig;
 use lcm_core::ids::MessageId;
 use lcm_store::error::{Result, StoreError};
-use lcm_store::store::Store;
+use lcm_store::records::{RecordReader, RecordSource};
 
 use crate::grep::{
     Cursor, GrepHit, GrepMode, GrepPage, GrepRequest, Strategy, no_embeddings_error, snippet,
@@ -84,8 +84,8 @@ pub fn fuse<K: Copy + Eq + Ord + std::hash::Hash>(
 }
 
 /// A page of a semantic or hybrid search (see [`crate::grep::grep`]).
-pub(crate) fn ranked_by_meaning(
-    store: &Store,
+pub(crate) fn ranked_by_meaning<S: RecordSource>(
+    store: &S,
     index: &SearchIndex,
     config: &SearchConfig,
     request: &GrepRequest,

@@ -35,7 +35,7 @@ use crate::trigram_index::{Segment, TrigramBuilder, TrigramIndex};
 use lcm_regex::trigram::TrigramQuery;
 use lcm_store::error::{Result, StoreError};
 use lcm_store::record::RecordView;
-use lcm_store::store::Store;
+use lcm_store::records::{RecordReader, RecordSource};
 
 const WORDS_TOKENIZER: &str = "en_stem";
 /// Bumped when the schema or a tokenizer changes: an index of another version is rebuilt.
@@ -119,6 +119,21 @@ fn merge_policy() -> tantivy::indexer::LogMergePolicy {
     policy
 }
 
+/// tantivy's errors as the store's: [`StoreError::Index`], saying what the index was doing and
+/// keeping tantivy's error as its source. (The store names no index engine, so it has no `From`
+/// conversion from tantivy's errors, and the orphan rule forbids one here.)
+trait During<T> {
+    /// This result, its error (if any) a [`StoreError::Index`] that failed while doing `what`
+    /// ("committing documents").
+    fn during(self, what: &str) -> Result<T>;
+}
+
+impl<T, E: Into<tantivy::TantivyError>> During<T> for std::result::Result<T, E> {
+    fn during(self, what: &str) -> Result<T> {
+        self.map_err(|e| StoreError::index(what, e.into()))
+    }
+}
+
 /// What the writer's lock guards: tantivy's writer and the trigram segments being built.
 #[derive(Default)]
 struct Writer {
@@ -185,7 +200,7 @@ impl SearchIndex {
     /// rebuilds it.
     pub fn open(
         dir: impl AsRef<Path>,
-        store: &Store,
+        store: &impl RecordSource,
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
         let dir = dir.as_ref();
@@ -200,7 +215,7 @@ impl SearchIndex {
                     std::fs::remove_dir_all(dir).map_err(|source| StoreError::io(dir, source))?;
                 }
                 std::fs::create_dir_all(dir).map_err(|source| StoreError::io(dir, source))?;
-                let index = Index::create_in_dir(dir, schema().0)?;
+                let index = Index::create_in_dir(dir, schema().0).during("creating the index")?;
                 (index, TrigramIndex::create(&dir.join(TRIGRAM_DIR))?, 0)
             }
         };
@@ -250,7 +265,7 @@ impl SearchIndex {
     }
 
     /// An index in memory (tests and benchmarks).
-    pub fn open_in_ram(store: &Store, config: &SearchConfig) -> Result<SearchIndex> {
+    pub fn open_in_ram(store: &impl RecordSource, config: &SearchConfig) -> Result<SearchIndex> {
         let (schema, _) = schema();
         Self::init(
             Index::create_in_ram(schema),
@@ -268,7 +283,7 @@ impl SearchIndex {
         trigrams: TrigramIndex,
         watermark: u64,
         dir: Option<PathBuf>,
-        store: &Store,
+        store: &impl RecordSource,
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
         register_tokenizers(&index);
@@ -276,7 +291,8 @@ impl SearchIndex {
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
-            .try_into()?;
+            .try_into()
+            .during("opening the index reader")?;
         // The index's own payload is the truth about what it holds; the store's copy follows
         // (at the next writable open, for a read-only store).
         if !store.is_read_only() && store.index_watermark()?.0 != watermark {
@@ -320,7 +336,8 @@ impl SearchIndex {
             None => {
                 let writer: IndexWriter = self
                     .index
-                    .writer(self.config.index_writer_memory_mb * 1024 * 1024)?;
+                    .writer(self.config.index_writer_memory_mb * 1024 * 1024)
+                    .during("opening the index writer")?;
                 writer.set_merge_policy(Box::new(merge_policy()));
                 writer
             }
@@ -334,7 +351,7 @@ impl SearchIndex {
     /// index after each file, so one file is indexed while the next is parsed and stored.
     /// Returns how many messages were handed over. Nothing fed is searchable through the index
     /// before that commit (grep scans the store past the watermark, so nothing is missed).
-    pub fn feed(&self, store: &Store) -> Result<u64> {
+    pub fn feed(&self, store: &impl RecordSource) -> Result<u64> {
         if store.is_read_only() {
             return Err(StoreError::ReadOnly);
         }
@@ -353,7 +370,11 @@ impl SearchIndex {
     /// `progress` is called with (indexed so far, total to index). Returns how many messages
     /// were indexed. A read-only store is refused with [`StoreError::ReadOnly`] before the index
     /// changes.
-    pub fn catch_up(&self, store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
+    pub fn catch_up(
+        &self,
+        store: &impl RecordSource,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<u64> {
         self.catch_up_until(store, progress, || false)
     }
 
@@ -363,7 +384,7 @@ impl SearchIndex {
     /// were indexed.
     pub fn catch_up_until(
         &self,
-        store: &Store,
+        store: &impl RecordSource,
         mut progress: impl FnMut(u64, u64),
         stop: impl Fn() -> bool,
     ) -> Result<u64> {
@@ -409,7 +430,7 @@ impl SearchIndex {
     /// Makes the last commit, whose watermark is `watermark`, what full-text searches see. On
     /// a failure they keep the previous searcher with its own watermark: older, still exact.
     fn show_commit(&self, watermark: u64) -> Result<()> {
-        self.reader.reload()?;
+        self.reader.reload().during("reloading the index reader")?;
         let view = SearchView {
             searcher: self.reader.searcher(),
             watermark,
@@ -435,9 +456,9 @@ impl SearchIndex {
             writer.pending.push(segment);
         }
         let tantivy = self.open_writer(&mut writer.tantivy)?;
-        let mut commit = tantivy.prepare_commit()?;
+        let mut commit = tantivy.prepare_commit().during("preparing a commit")?;
         commit.set_payload(&payload(to));
-        commit.commit()?;
+        commit.commit().during("committing documents")?;
         self.trigrams.publish(std::mem::take(&mut writer.pending))
     }
 
@@ -445,7 +466,9 @@ impl SearchIndex {
     /// being built and the segments written for them. The fed mark returns to the watermark.
     fn drop_uncommitted(&self, writer: &mut Writer) -> Result<()> {
         if let Some(tantivy) = writer.tantivy.as_mut() {
-            tantivy.rollback()?;
+            tantivy
+                .rollback()
+                .during("rolling back uncommitted documents")?;
         }
         self.drop_uncommitted_trigrams(writer)
     }
@@ -461,7 +484,12 @@ impl SearchIndex {
     /// Adds the messages `ids` to tantivy's writer and the trigram builder and records them as
     /// fed. On a failure, everything not committed is dropped and the fed mark returns to the
     /// watermark.
-    fn add_documents(&self, writer: &mut Writer, store: &Store, ids: Range<u64>) -> Result<()> {
+    fn add_documents(
+        &self,
+        writer: &mut Writer,
+        store: &impl RecordSource,
+        ids: Range<u64>,
+    ) -> Result<()> {
         let added = self.try_add_documents(writer, store, ids.clone());
         match added {
             Ok(()) => {
@@ -475,7 +503,12 @@ impl SearchIndex {
         }
     }
 
-    fn try_add_documents(&self, writer: &mut Writer, store: &Store, ids: Range<u64>) -> Result<()> {
+    fn try_add_documents(
+        &self,
+        writer: &mut Writer,
+        store: &impl RecordSource,
+        ids: Range<u64>,
+    ) -> Result<()> {
         let Writer {
             tantivy,
             trigrams,
@@ -499,8 +532,9 @@ impl SearchIndex {
                 }
             }
             trigrams.add(id.0, text);
-            if let Err(e) = tantivy.add_document(self.document(id, &view, text)) {
-                failure = Some(e.into());
+            let added = tantivy.add_document(self.document(id, &view, text));
+            if let Err(e) = added.during("adding a document") {
+                failure = Some(e);
                 return Ok(ControlFlow::Break(()));
             }
             Ok(ControlFlow::Continue(()))
@@ -522,13 +556,19 @@ impl SearchIndex {
         // rollback here would also cancel the merges this waits for.)
         self.drop_uncommitted_trigrams(&mut guard)?;
         if let Some(writer) = guard.tantivy.take() {
-            writer.wait_merging_threads()?;
+            writer
+                .wait_merging_threads()
+                .during("finishing segment merges")?;
         }
         Ok(())
     }
 
     /// Drops everything and indexes the whole store again.
-    pub fn rebuild(&self, store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
+    pub fn rebuild(
+        &self,
+        store: &impl RecordSource,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<u64> {
         self.rebuild_until(store, progress, || false)
     }
 
@@ -536,7 +576,7 @@ impl SearchIndex {
     /// [`catch_up_until`](Self::catch_up_until)).
     pub fn rebuild_until(
         &self,
-        store: &Store,
+        store: &impl RecordSource,
         progress: impl FnMut(u64, u64),
         stop: impl Fn() -> bool,
     ) -> Result<u64> {
@@ -548,10 +588,12 @@ impl SearchIndex {
             // Documents fed and not committed would survive the deletion: drop them first.
             self.drop_uncommitted(&mut guard)?;
             let writer = self.open_writer(&mut guard.tantivy)?;
-            writer.delete_all_documents()?;
-            let mut commit = writer.prepare_commit()?;
+            writer
+                .delete_all_documents()
+                .during("deleting every document")?;
+            let mut commit = writer.prepare_commit().during("preparing a commit")?;
             commit.set_payload(&payload(0));
-            commit.commit()?;
+            commit.commit().during("committing the emptied index")?;
             self.watermark.store(0, Ordering::Release);
             self.fed.store(0, Ordering::Release);
             store.set_index_watermark(MessageId(0))?;
@@ -657,14 +699,17 @@ impl SearchIndex {
         let top = tantivy::collector::TopDocs::with_limit(limit + 1)
             .and_offset(offset)
             .order_by_score();
-        let docs = searcher.search(&query, &top)?;
+        let docs = searcher
+            .search(&query, &top)
+            .during("running a full-text search")?;
         let more = docs.len() > limit;
         let mut out = Vec::with_capacity(limit.min(docs.len()));
         for (score, address) in docs.into_iter().take(limit) {
             let column = searcher
                 .segment_reader(address.segment_ord)
                 .fast_fields()
-                .u64("msg_id")?;
+                .u64("msg_id")
+                .during("reading message ids of full-text hits")?;
             // Below the view's watermark always, except in a read-only process whose reader
             // opened a commit newer than the payload it read: those the caller scans.
             if let Some(id) = column.first(address.doc_id).filter(|&id| id < watermark) {
@@ -681,7 +726,9 @@ impl SearchIndex {
     /// The analyzer of the `words` field (stemmed, lowercased words), for matching the
     /// unindexed tail and for finding snippet positions.
     pub(crate) fn words_analyzer(&self) -> Result<TextAnalyzer> {
-        Ok(self.index.tokenizer_for_field(self.fields.words)?)
+        self.index
+            .tokenizer_for_field(self.fields.words)
+            .during("looking up the words analyzer")
     }
 
     /// Search by meaning, if an embedding model is configured.
@@ -718,6 +765,7 @@ mod tests {
     use lcm_core::ids::SessionId;
     use lcm_core::message::{NewMessage, Role};
     use lcm_core::tokens::{Encoding, TokenCounter};
+    use lcm_store::store::Store;
     use lcm_store::store::StoreOptions;
 
     #[test]
@@ -834,6 +882,35 @@ mod tests {
         assert_eq!(index.watermark(), MessageId(0), "discarded");
         assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 20);
         assert_indexed_once(&store, &index, 20);
+    }
+
+    #[test]
+    fn an_index_error_says_what_failed_and_keeps_its_cause() {
+        // A writer's memory budget below tantivy's minimum: opening the writer fails.
+        let (_dir, store, _, session) = fixture(100);
+        append(&store, session, 0, 3);
+        let config = SearchConfig {
+            index_writer_memory_mb: 1,
+            ..SearchConfig::default()
+        };
+        let index = SearchIndex::open_in_ram(&store, &config).unwrap();
+        let err = index.catch_up(&store, |_, _| {}).unwrap_err();
+        assert!(matches!(err, StoreError::Index { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.starts_with("search index error while opening the index writer: "),
+            "{message}"
+        );
+        assert!(
+            message.contains("memory arena"),
+            "tantivy's words: {message}"
+        );
+        let cause = std::error::Error::source(&err).expect("the cause is kept");
+        assert!(cause.downcast_ref::<tantivy::TantivyError>().is_some());
+        // Nothing was indexed, and the next catch-up with a usable budget indexes everything.
+        assert_eq!(index.watermark(), MessageId(0));
+        let index = SearchIndex::open_in_ram(&store, &SearchConfig::default()).unwrap();
+        assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 3);
     }
 
     /// A store, an index over it with commits every `index_batch` messages, and a session.

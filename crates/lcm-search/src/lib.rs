@@ -5,14 +5,19 @@
 //!   up with the store behind a watermark.
 //! - [`mod@grep`]: regex and full-text search over the index and the store's records, complete
 //!   and exact, with scopes, snippets and cursors.
+//! - [`semantic`]: search by meaning, the embedding model and the vector indexes
+//!   ([`vectors`]) of messages and of summaries it fills, caught up like the index; [`fuse`]
+//!   joins a ranking by words and one by meaning for grep's `semantic` and `hybrid` modes.
 //! - [`word_tokens`]: how text is cut into words for full-text search.
-//! - [`semantic`], [`vectors`]: search by meaning (an embedding model, the vector index of
-//!   messages and summaries); [`fuse`] joins a ranking by words and one by meaning (`hybrid`).
-//! - [`data_dir`]: a data directory, the store file and the index beside it.
+//! - [`data_dir`]: a data directory, the store file and the indexes beside it.
 //!
 //! Architecture invariant: this crate reads stored messages only through the store's record
-//! source ([`lcm_store::records`], records in lcm's own layout) and never names redb; the
-//! regex plans come from `lcm-regex`.
+//! source ([`lcm_store::RecordSource`] and the [`lcm_store::RecordReader`] views it opens,
+//! records in lcm's own layout): the index's catch-up, embedding and grep are generic over it,
+//! so a second storage backend serves them unchanged (only [`data_dir`], which opens the store
+//! file, and the integrity check's rebuild name redb's `Store`). It never names redb; the regex
+//! plans come from `lcm-regex`. tantivy is this crate's alone: its errors reach callers as
+//! [`lcm_store::StoreError::Index`], saying what the index was doing.
 
 pub mod data_dir;
 pub mod grep;

@@ -27,7 +27,7 @@ use lcm_core::config::EmbeddingsConfig;
 use lcm_core::ids::{MessageId, SummaryId};
 use lcm_embed::{EmbedOptions, Embedder};
 use lcm_store::error::{Result, StoreError};
-use lcm_store::store::Store;
+use lcm_store::records::{RecordReader, RecordSource};
 
 use crate::grep::Scope;
 use crate::vectors::{Opened, VectorEntry, VectorFilter, VectorHit, VectorIndex};
@@ -157,7 +157,7 @@ impl Semantic {
     }
 
     /// Whether messages or summaries of `store` are not embedded yet.
-    pub fn is_behind(&self, store: &Store) -> Result<bool> {
+    pub fn is_behind(&self, store: &impl RecordSource) -> Result<bool> {
         Ok(self.watermark()? < store.next_message_id()?
             || self.summary_watermark()? < store.next_summary_id()?)
     }
@@ -188,7 +188,7 @@ impl Semantic {
     /// stops after a commit when `stop()` says so. Returns the messages and summaries embedded.
     pub fn catch_up_until(
         &self,
-        store: &Store,
+        store: &impl RecordSource,
         mut progress: impl FnMut(u64, u64),
         stop: impl Fn() -> bool,
     ) -> Result<u64> {
@@ -230,7 +230,13 @@ impl Semantic {
     }
 
     /// Embeds and commits the summaries `from..to`.
-    fn embed_summaries(&self, loaded: &Loaded, store: &Store, from: u64, to: u64) -> Result<()> {
+    fn embed_summaries(
+        &self,
+        loaded: &Loaded,
+        store: &impl RecordSource,
+        from: u64,
+        to: u64,
+    ) -> Result<()> {
         let reader = store.reader()?;
         let mut texts: Vec<&str> = Vec::new();
         let mut entries: Vec<VectorEntry> = Vec::new();
@@ -274,7 +280,13 @@ impl Semantic {
     }
 
     /// Embeds and commits the messages `from..to`.
-    fn embed_range(&self, loaded: &Loaded, store: &Store, from: u64, to: u64) -> Result<()> {
+    fn embed_range(
+        &self,
+        loaded: &Loaded,
+        store: &impl RecordSource,
+        from: u64,
+        to: u64,
+    ) -> Result<()> {
         let mut texts: Vec<String> = Vec::new();
         let mut entries: Vec<VectorEntry> = Vec::new();
         let mut failure = None;
@@ -322,7 +334,7 @@ impl Semantic {
     /// Drops every vector and embeds the store again.
     pub fn rebuild_until(
         &self,
-        store: &Store,
+        store: &impl RecordSource,
         progress: impl FnMut(u64, u64),
         stop: impl Fn() -> bool,
     ) -> Result<u64> {
@@ -501,7 +513,7 @@ impl Semantic {
     /// and summary with text below its watermark embedded, no vector for anything else, every
     /// chunk inside its text. A model that cannot be loaded is an error. Waits for a running
     /// catch-up (one at a time).
-    pub fn check(&self, store: &Store) -> Result<VectorCheck> {
+    pub fn check(&self, store: &impl RecordSource) -> Result<VectorCheck> {
         let loaded = self.loaded()?;
         let _one = self
             .catching_up

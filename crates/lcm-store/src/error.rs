@@ -64,8 +64,15 @@ pub enum StoreError {
     Corrupt { table: &'static str, detail: String },
     #[error("database error: {0}")]
     Database(#[from] redb::Error),
-    #[error("search index error: {0}")]
-    Index(#[from] tantivy::TantivyError),
+    /// The search index (derived data, held by the `lcm-search` crate) failed while doing
+    /// `what`; `source` is the index engine's own error. The store names no index engine: the
+    /// search converts its errors at each call (`StoreError::index`).
+    #[error("search index error while {what}: {source}")]
+    Index {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("I/O error on {path}: {source}")]
     Io {
         path: String,
@@ -96,24 +103,24 @@ via_redb_error!(
     redb::SetDurabilityError
 );
 
-impl From<tantivy::directory::error::OpenDirectoryError> for StoreError {
-    fn from(e: tantivy::directory::error::OpenDirectoryError) -> Self {
-        StoreError::Index(e.into())
-    }
-}
-
-impl From<tantivy::query::QueryParserError> for StoreError {
-    fn from(e: tantivy::query::QueryParserError) -> Self {
-        StoreError::InvalidQuery(e.to_string())
-    }
-}
-
 impl StoreError {
     /// An I/O error on `path`.
     pub fn io(path: &std::path::Path, source: std::io::Error) -> StoreError {
         StoreError::Io {
             path: path.display().to_string(),
             source,
+        }
+    }
+
+    /// A failure of the search index while doing `what` (`"committing the index"`), caused by
+    /// `source`, the index engine's error (kept as the error's source).
+    pub fn index(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> StoreError {
+        StoreError::Index {
+            what: what.into(),
+            source: source.into(),
         }
     }
 }

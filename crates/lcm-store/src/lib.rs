@@ -12,12 +12,16 @@
 //! - [`integrity`]: one checker per invariant between the tables (and, through
 //!   [`integrity::DerivedIndex`], the search index's agreement with them), and the safe
 //!   repairs of derived data.
-//! - [`records`]: the record source the derived search (the `lcm-search` crate) reads.
+//! - [`record_source`]: the record source, the seam the derived search (the `lcm-search`
+//!   crate) reads the truth through and a second backend implements ([`RecordSource`],
+//!   [`RecordReader`]).
 //!
 //! Architecture invariant: this crate knows nothing of actors, providers, compaction policy or
-//! how search is done. Nothing above it names redb (checked by the facade's `layering` test):
-//! the engine, the daemon and the search read and write through the API here, so a second
-//! backend can replace redb without touching them.
+//! how search is done, and names no index engine (tantivy is `lcm-search`'s; an index failure
+//! reaches callers as [`StoreError::Index`]). Nothing above it names redb (checked by the
+//! facade's `layering` test): the engine, the daemon and the search read and write through the
+//! API here, and the search reads messages only through [`RecordSource`], so a second backend
+//! can replace redb without touching them.
 
 mod coalesced_file;
 pub mod codec;
@@ -36,18 +40,17 @@ mod message_rows;
 mod pipeline;
 pub mod record;
 mod record_migration;
+pub mod record_source;
 mod session_runs;
 pub mod store;
 pub mod tables;
 
-/// The record source: what the derived search (the `lcm-search` crate: index, grep) reads of
-/// the stored messages, through [`StoreReader`]'s record methods (`range_records`,
-/// `range_records_in_rows`, `records_of`, `session_records_in_rows`, `session_id_ranges`) and
-/// [`Store::index_watermark`] / [`Store::set_index_watermark`]. Records are in lcm's own layout
-/// ([`record`]), which a second backend stores as they are.
+/// What the derived search (the `lcm-search` crate: index, grep) reads of the stored messages,
+/// in one place: the [`record_source`] traits and the record layout ([`record::RecordView`])
+/// their records are in.
 pub mod records {
-    pub use crate::message_rows::{InRow, Step};
     pub use crate::record::RecordView;
+    pub use crate::record_source::{InRow, RecordReader, RecordSource, Step};
 }
 
 pub use dag::ApplyOutcome;
@@ -58,4 +61,5 @@ pub use map_jobs::{
     ClaimedItem, CommitOutcome, FailureKind, ItemContent, ItemFailure, ItemInput, ItemOutcome,
     ItemReport, ItemState, JobStatus, MapItem, MapItems, MapJob, MapJobSpec, MapKind, MapProgress,
 };
+pub use record_source::{RecordReader, RecordSource};
 pub use store::{Appended, PreparedAppend, Store, StoreOptions, StoreReader, StoreStats};

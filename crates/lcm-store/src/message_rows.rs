@@ -27,6 +27,7 @@ use std::ops::{ControlFlow, Range};
 use redb::{AccessGuard, ReadableTable};
 
 use crate::error::{Result, StoreError};
+use crate::record_source::{InRow, Step};
 
 /// First byte of a pack (a plain row starts with a record schema version, far below it).
 pub(crate) const PACK_TAG: u8 = 0xFE;
@@ -210,28 +211,6 @@ impl<'t, T: ReadableTable<u64, &'static [u8]>> RecordCursor<'t, T> {
             None => Ok(None),
         }
     }
-}
-
-/// A stored record seen with the row it sits in (for readers that look at whole rows).
-pub struct InRow<'a> {
-    pub id: u64,
-    pub record: &'a [u8],
-    /// Messages of the row from this one on that the walk would visit (this one included).
-    pub rest: u64,
-    /// The first id of the row's messages: a new row starts when it changes.
-    pub row_first: u64,
-    /// The whole row, and where `record` lies in it.
-    pub row: &'a [u8],
-    pub span: Range<usize>,
-}
-
-/// What a walk over whole rows does after visiting a record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    Next,
-    /// Skips the rest of this record's row (the visitor has dealt with [`InRow::rest`]).
-    SkipRow,
-    Stop,
 }
 
 /// Visits the record of every stored message with an id in `ids`, in id order, until `visit`

@@ -29,6 +29,7 @@ use crate::message_rows::{self, PackWriter};
 use crate::pipeline::OrderedPipeline;
 use crate::record::{self, RecordFields, RecordView, encoded_len_hint};
 use crate::record_migration;
+use crate::record_source::{InRow, Step};
 use crate::session_runs::{self, RunWriter};
 use crate::tables::{self, meta};
 
@@ -867,7 +868,7 @@ impl StoreReader {
     pub fn range_records_in_rows(
         &self,
         ids: Range<MessageId>,
-        visit: impl FnMut(message_rows::InRow<'_>) -> Result<message_rows::Step>,
+        visit: impl FnMut(InRow<'_>) -> Result<Step>,
     ) -> Result<()> {
         let records = self.txn.open_table(tables::MESSAGES)?;
         // A break from `visit` only ends the walk.
@@ -903,8 +904,8 @@ impl StoreReader {
     ) -> Result<()> {
         self.session_records_in_rows(session, seqs, ids, |r| {
             Ok(match visit(MessageId(r.id), r.record)? {
-                ControlFlow::Continue(()) => message_rows::Step::Next,
-                ControlFlow::Break(()) => message_rows::Step::Stop,
+                ControlFlow::Continue(()) => Step::Next,
+                ControlFlow::Break(()) => Step::Stop,
             })
         })
     }
@@ -916,9 +917,8 @@ impl StoreReader {
         session: SessionId,
         seqs: Range<u64>,
         ids: Range<MessageId>,
-        mut visit: impl FnMut(message_rows::InRow<'_>) -> Result<message_rows::Step>,
+        mut visit: impl FnMut(InRow<'_>) -> Result<Step>,
     ) -> Result<()> {
-        use message_rows::Step;
         self.session(session)?;
         let index = self.txn.open_table(tables::SESSION_RUNS)?;
         let records = self.txn.open_table(tables::MESSAGES)?;

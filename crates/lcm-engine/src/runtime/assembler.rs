@@ -12,7 +12,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::error::RuntimeError;
 use super::faults::FaultPoint;
-use super::shared::Shared;
+use super::shared::SharedRef;
 use super::supervision::Heartbeat;
 use crate::assembly::{AssembledContext, assemble};
 
@@ -30,7 +30,7 @@ pub(crate) enum AssemblerMsg {
 pub(crate) struct AssemblerActor;
 
 pub(crate) struct AssemblerState {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     heartbeat: Arc<Heartbeat>,
 }
 
@@ -38,7 +38,7 @@ pub(crate) struct AssemblerState {
 impl Actor for AssemblerActor {
     type Msg = AssemblerMsg;
     type State = AssemblerState;
-    type Arguments = (Arc<Shared>, Arc<Heartbeat>);
+    type Arguments = (SharedRef, Arc<Heartbeat>);
 
     async fn pre_start(
         &self,
@@ -57,7 +57,7 @@ impl Actor for AssemblerActor {
         let _busy = state.heartbeat.busy();
         match message {
             AssemblerMsg::Assemble { session, reply } => {
-                let shared = Arc::clone(&state.shared);
+                let shared = state.shared.clone();
                 tokio::task::spawn_blocking(move || {
                     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         shared

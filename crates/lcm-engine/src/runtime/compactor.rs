@@ -21,7 +21,7 @@ use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
 use super::indexer::IndexerMsg;
 use super::session::SessionMsg;
-use super::shared::Shared;
+use super::shared::SharedRef;
 use super::supervision::{ActorKind, Heartbeat, backoff};
 use super::worker::{OneShotTask, WorkerExit, spawn_worker};
 use crate::compaction::{CompactionObserver, CompactionReport, PassReport, compact_shared};
@@ -72,8 +72,9 @@ pub(crate) enum CompactorMsg {
     Heartbeat,
     /// Observable state.
     Stats(RpcReplyPort<CompactorStats>),
-    /// Stop taking queued jobs (shutdown): running ones finish.
-    Drain,
+    /// Stop taking queued jobs (shutdown): running ones finish. Answered once none runs (at
+    /// once if none does), so shutdown awaits the answer instead of polling.
+    Drain(RpcReplyPort<()>),
 }
 
 pub(crate) struct CompactorActor;
@@ -87,7 +88,7 @@ struct Job {
 }
 
 pub(crate) struct CompactorState {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     heartbeat: Arc<Heartbeat>,
     jobs: HashMap<SessionId, Job>,
     queue: VecDeque<SessionId>,
@@ -95,6 +96,8 @@ pub(crate) struct CompactorState {
     finished: u64,
     worker_failures: u64,
     draining: bool,
+    /// Who waits for the drain to end (see [`CompactorMsg::Drain`]).
+    drained: Vec<RpcReplyPort<()>>,
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -102,13 +105,23 @@ impl CompactorState {
     fn running(&self) -> usize {
         self.workers.len()
     }
+
+    /// Answers the drain's waiters once no compaction runs. Called after every message and
+    /// supervision event, since any of them may end the last running worker.
+    fn answer_drained(&mut self) {
+        if self.draining && self.running() == 0 {
+            for waiter in self.drained.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
+    }
 }
 
 #[ractor::async_trait]
 impl Actor for CompactorActor {
     type Msg = CompactorMsg;
     type State = CompactorState;
-    type Arguments = (Arc<Shared>, Arc<Heartbeat>);
+    type Arguments = (SharedRef, Arc<Heartbeat>);
 
     async fn pre_start(
         &self,
@@ -126,6 +139,7 @@ impl Actor for CompactorActor {
             finished: 0,
             worker_failures: 0,
             draining: false,
+            drained: Vec::new(),
             ticker: Some(ticker),
         })
     }
@@ -219,10 +233,12 @@ impl Actor for CompactorActor {
                     worker_failures: state.worker_failures,
                 });
             }
-            CompactorMsg::Drain => {
+            CompactorMsg::Drain(reply) => {
                 state.draining = true;
+                state.drained.push(reply);
             }
         }
+        state.answer_drained();
         Ok(())
     }
 
@@ -233,50 +249,60 @@ impl Actor for CompactorActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // Never the default (which stops the supervisor): a worker's end is handled here.
-        let (cell, error) = match WorkerExit::of(event) {
-            Some(WorkerExit::Done(cell)) => {
-                // A normal end: its `Finished` message (sent before stopping) carries the
-                // result; supervision events may overtake it, so only free the slot here.
-                if let Some(session) = state.workers.remove(&cell.get_id())
-                    && let Some(job) = state.jobs.get_mut(&session)
-                {
-                    job.worker = None;
-                    job.finished = true;
-                }
-                start_queued(&myself, state).await;
-                return Ok(());
-            }
-            Some(WorkerExit::Failed { worker, error }) => (worker, error),
-            None => return Ok(()),
-        };
-        let Some(session) = state.workers.remove(&cell.get_id()) else {
-            return Ok(()); // A worker that already reported.
-        };
-        let Some(job) = state.jobs.get_mut(&session) else {
-            return Ok(());
-        };
-        job.worker = None;
-        if job.finished {
-            return Ok(());
-        }
-        state.worker_failures += 1;
-        state.shared.emit(RuntimeEvent::ActorFailed {
-            kind: ActorKind::CompactionWorker,
-            session: Some(session),
-            error: error.clone(),
-        });
-        let config = &state.shared.config.runtime;
-        if job.attempts >= config.compaction_max_attempts || state.draining {
-            if let Some(job) = state.jobs.remove(&session) {
-                reply(&job, Err(format!("compaction worker failed: {error}")));
-            }
-        } else {
-            let delay = backoff(job.attempts, config);
-            myself.send_after(delay, move || CompactorMsg::Retry(session));
-        }
-        start_queued(&myself, state).await;
+        on_worker_exit(&myself, event, state).await;
+        state.answer_drained();
         Ok(())
     }
+}
+
+/// A compaction worker stopped (`event`): frees its slot, and retries its job after a failure.
+async fn on_worker_exit(
+    myself: &ActorRef<CompactorMsg>,
+    event: SupervisionEvent,
+    state: &mut CompactorState,
+) {
+    let (cell, error) = match WorkerExit::of(event) {
+        Some(WorkerExit::Done(cell)) => {
+            // A normal end: its `Finished` message (sent before stopping) carries the
+            // result; supervision events may overtake it, so only free the slot here.
+            if let Some(session) = state.workers.remove(&cell.get_id())
+                && let Some(job) = state.jobs.get_mut(&session)
+            {
+                job.worker = None;
+                job.finished = true;
+            }
+            start_queued(myself, state).await;
+            return;
+        }
+        Some(WorkerExit::Failed { worker, error }) => (worker, error),
+        None => return,
+    };
+    let Some(session) = state.workers.remove(&cell.get_id()) else {
+        return; // A worker that already reported.
+    };
+    let Some(job) = state.jobs.get_mut(&session) else {
+        return;
+    };
+    job.worker = None;
+    if job.finished {
+        return;
+    }
+    state.worker_failures += 1;
+    state.shared.emit(RuntimeEvent::ActorFailed {
+        kind: ActorKind::CompactionWorker,
+        session: Some(session),
+        error: error.clone(),
+    });
+    let config = &state.shared.config.runtime;
+    if job.attempts >= config.compaction_max_attempts || state.draining {
+        if let Some(job) = state.jobs.remove(&session) {
+            reply(&job, Err(format!("compaction worker failed: {error}")));
+        }
+    } else {
+        let delay = backoff(job.attempts, config);
+        myself.send_after(delay, move || CompactorMsg::Retry(session));
+    }
+    start_queued(myself, state).await;
 }
 
 fn reply(job: &Job, result: Result<CompactionReport, String>) {
@@ -303,7 +329,7 @@ async fn start_queued(myself: &ActorRef<CompactorMsg>, state: &mut CompactorStat
         job.attempts += 1;
         let heartbeat = Heartbeat::new();
         let task = CompactionTask {
-            shared: Arc::clone(&state.shared),
+            shared: state.shared.clone(),
             session,
             budget: job.job.budget,
             compactor: myself.clone(),
@@ -328,7 +354,7 @@ async fn start_queued(myself: &ActorRef<CompactorMsg>, state: &mut CompactorStat
 
 /// One compaction run, in a worker of its own (see [`super::worker`]).
 struct CompactionTask {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     session: SessionId,
     budget: u64,
     compactor: ActorRef<CompactorMsg>,
@@ -351,7 +377,7 @@ impl OneShotTask for CompactionTask {
             session: self.session,
         };
         let mut observer = WorkerObserver {
-            shared: Arc::clone(shared),
+            shared: shared.clone(),
             session: self.session,
             by_session,
             model: None,
@@ -381,7 +407,7 @@ impl OneShotTask for CompactionTask {
 
 /// Fault points around a compaction's commits, and the event of each summary written.
 struct WorkerObserver {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     session: SessionId,
     /// Whether the run summarises with the session's own summariser.
     by_session: bool,

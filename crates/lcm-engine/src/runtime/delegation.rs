@@ -25,7 +25,7 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
 use super::map_pool::{self, MapPoolMsg};
-use super::shared::{Shared, join_blocking};
+use super::shared::{SharedRef, join_blocking};
 use super::subagent_window::{SessionWindow, StoredTurns};
 use super::supervision::{ActorKind, Heartbeat};
 use super::worker::{OneShotTask, WorkerExit, spawn_worker};
@@ -81,7 +81,7 @@ struct Run {
 }
 
 pub(crate) struct DelegationState {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     heartbeat: Arc<Heartbeat>,
     runs: HashMap<u64, Run>,
     workers: HashMap<ActorId, u64>,
@@ -94,7 +94,7 @@ pub(crate) struct DelegationState {
 impl Actor for DelegationActor {
     type Msg = DelegationMsg;
     type State = DelegationState;
-    type Arguments = (Arc<Shared>, Arc<Heartbeat>);
+    type Arguments = (SharedRef, Arc<Heartbeat>);
 
     async fn pre_start(
         &self,
@@ -283,7 +283,7 @@ async fn start_worker(myself: &ActorRef<DelegationMsg>, state: &mut DelegationSt
     };
     r.attempts += 1;
     let task = SubAgentRun {
-        shared: Arc::clone(&state.shared),
+        shared: state.shared.clone(),
         run,
         session: r.session,
         caller: r.caller.clone(),
@@ -308,7 +308,7 @@ async fn start_worker(myself: &ActorRef<DelegationMsg>, state: &mut DelegationSt
 
 /// One sub-agent's run, in a worker of its own (see [`super::worker`]).
 struct SubAgentRun {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     run: u64,
     session: SessionId,
     caller: Caller,
@@ -368,14 +368,14 @@ async fn run_sub_agent(state: &SubAgentRun) -> Result<DelegateOutcome, ToolError
     // The sub-agent's turns are stored in its session as they happen, in order; each step's
     // request is that session's context (the window waits for the turns to be stored).
     let (tx, mut rx) = mpsc::unbounded_channel::<ChatTurn>();
-    let writer_shared = Arc::clone(shared);
+    let writer_shared = shared.clone();
     let session = state.session;
     let stored = Arc::new(StoredTurns::default());
     let storing_progress = Arc::clone(&stored);
     let storing = tokio::spawn(async move {
         while let Some(turn) = rx.recv().await {
             let message = turn_to_message(&turn);
-            let s = Arc::clone(&writer_shared);
+            let s = writer_shared.clone();
             let prepared = tokio::task::spawn_blocking(move || {
                 s.store.prepare_append(vec![(session, message)])
             })
@@ -394,7 +394,7 @@ async fn run_sub_agent(state: &SubAgentRun) -> Result<DelegateOutcome, ToolError
         }
     });
     let window = SessionWindow {
-        shared: Arc::clone(shared),
+        shared: shared.clone(),
         session,
         stored,
     };
@@ -440,7 +440,7 @@ fn stop_name(stop: &AgentStop) -> String {
 }
 
 /// The tool context for `caller`: the runtime's store, index, configuration and delegator.
-pub(crate) fn tool_context(shared: &Arc<Shared>, caller: Caller) -> ToolContext {
+pub(crate) fn tool_context(shared: &SharedRef, caller: Caller) -> ToolContext {
     ToolContext::new(
         Arc::clone(&shared.store),
         Some(Arc::clone(&shared.index)),
@@ -448,7 +448,7 @@ pub(crate) fn tool_context(shared: &Arc<Shared>, caller: Caller) -> ToolContext 
         caller,
     )
     .with_delegator(Arc::new(RuntimeDelegator {
-        shared: Arc::clone(shared),
+        shared: shared.clone(),
     }))
 }
 
@@ -491,7 +491,7 @@ fn empty_registry() -> &'static crate::tools::ToolRegistry {
 /// The runtime as a [`Delegator`]: sends runs to the DelegationActor.
 #[derive(Clone)]
 pub(crate) struct RuntimeDelegator {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: SharedRef,
 }
 
 impl std::fmt::Debug for RuntimeDelegator {

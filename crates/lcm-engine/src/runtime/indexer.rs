@@ -20,7 +20,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::FaultPoint;
-use super::shared::{Shared, join_blocking};
+use super::shared::{SharedRef, join_blocking};
 use super::supervision::Heartbeat;
 
 /// Messages of the [`IndexerActor`].
@@ -38,7 +38,7 @@ pub(crate) enum IndexerMsg {
 pub(crate) struct IndexerActor;
 
 pub(crate) struct IndexerState {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     heartbeat: Arc<Heartbeat>,
     scheduled: bool,
     /// An `Embed` message is on its way.
@@ -49,7 +49,7 @@ pub(crate) struct IndexerState {
 impl Actor for IndexerActor {
     type Msg = IndexerMsg;
     type State = IndexerState;
-    type Arguments = (Arc<Shared>, Arc<Heartbeat>);
+    type Arguments = (SharedRef, Arc<Heartbeat>);
 
     async fn pre_start(
         &self,
@@ -113,8 +113,8 @@ fn start_embedding(myself: &ActorRef<IndexerMsg>, state: &mut IndexerState) {
 /// Embeds one batch; whether the vector index is still behind the store. A model that cannot
 /// be loaded (or fails) is logged, not a crash of the indexer: search by meaning says what is
 /// wrong when asked, and everything else goes on.
-async fn embed_batch(shared: &Arc<Shared>) -> Result<bool, RuntimeError> {
-    let s = Arc::clone(shared);
+async fn embed_batch(shared: &SharedRef) -> Result<bool, RuntimeError> {
+    let s = shared.clone();
     let outcome = join_blocking(
         tokio::task::spawn_blocking(move || -> lcm_store::Result<(u64, bool)> {
             let Some(semantic) = s.index.semantic() else {
@@ -140,8 +140,8 @@ async fn embed_batch(shared: &Arc<Shared>) -> Result<bool, RuntimeError> {
     }
 }
 
-async fn catch_up(shared: &Arc<Shared>) -> Result<u64, RuntimeError> {
-    let s = Arc::clone(shared);
+async fn catch_up(shared: &SharedRef) -> Result<u64, RuntimeError> {
+    let s = shared.clone();
     let indexed = join_blocking(
         tokio::task::spawn_blocking(move || {
             s.faults.hit(FaultPoint::IndexerBeforeCommit, None);

@@ -10,7 +10,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::FaultPoint;
-use super::shared::{Shared, join_blocking};
+use super::shared::{SharedRef, join_blocking};
 use super::supervision::Heartbeat;
 
 /// The result of an integrity check run by the runtime.
@@ -38,7 +38,7 @@ pub(crate) enum IntegrityMsg {
 pub(crate) struct IntegrityActor;
 
 pub(crate) struct IntegrityState {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     heartbeat: Arc<Heartbeat>,
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
@@ -47,7 +47,7 @@ pub(crate) struct IntegrityState {
 impl Actor for IntegrityActor {
     type Msg = IntegrityMsg;
     type State = IntegrityState;
-    type Arguments = (Arc<Shared>, Arc<Heartbeat>);
+    type Arguments = (SharedRef, Arc<Heartbeat>);
 
     async fn pre_start(
         &self,
@@ -106,10 +106,10 @@ impl Actor for IntegrityActor {
 /// Runs a check (and repairs) on the blocking pool. The outer error is a panic or
 /// cancellation of the actor itself; the inner one a store error reported to the caller.
 async fn run(
-    shared: &Arc<Shared>,
+    shared: &SharedRef,
     with_repair: bool,
 ) -> Result<Result<IntegrityOutcome, RuntimeError>, RuntimeError> {
-    let s = Arc::clone(shared);
+    let s = shared.clone();
     let outcome = join_blocking(
         tokio::task::spawn_blocking(move || -> Result<IntegrityOutcome, RuntimeError> {
             let report = check(&s.store, Some(&*s.index))?;

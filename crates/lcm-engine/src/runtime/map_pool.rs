@@ -33,7 +33,7 @@ use super::delegation::RuntimeDelegator;
 use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::{FaultPoint, Faults};
-use super::shared::{Shared, join_blocking};
+use super::shared::{Shared, SharedRef, join_blocking};
 use super::supervision::{ActorKind, Heartbeat, RestartHistory, backoff};
 use super::worker::{OneShotTask, WorkerExit, spawn_worker};
 use crate::operators::agentic::AgenticItemWorker;
@@ -105,7 +105,7 @@ struct RunningJob {
 }
 
 pub(crate) struct MapPoolState {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     heartbeat: Arc<Heartbeat>,
     jobs: HashMap<JobId, RunningJob>,
     workers: HashMap<ActorId, JobId>,
@@ -119,7 +119,7 @@ pub(crate) struct MapPoolState {
 impl Actor for MapWorkerPool {
     type Msg = MapPoolMsg;
     type State = MapPoolState;
-    type Arguments = (Arc<Shared>, Arc<Heartbeat>);
+    type Arguments = (SharedRef, Arc<Heartbeat>);
 
     async fn pre_start(
         &self,
@@ -174,7 +174,7 @@ impl Actor for MapWorkerPool {
                     return Ok(());
                 }
                 // Reading a large input takes a while: do it outside the pool's handler.
-                let shared = Arc::clone(&state.shared);
+                let shared = state.shared.clone();
                 let pool = myself.clone();
                 tokio::spawn(async move {
                     let config = shared.config.map.clone();
@@ -251,7 +251,7 @@ impl Actor for MapWorkerPool {
                 None => {
                     // Not running: summarise what the store holds (writing the output file
                     // takes a while for a large job: not in the pool's handler).
-                    let shared = Arc::clone(&state.shared);
+                    let shared = state.shared.clone();
                     tokio::spawn(async move {
                         let summary = summary_of_stored(&shared, job).await;
                         let _ = reply.send(summary);
@@ -389,7 +389,7 @@ impl Actor for MapWorkerPool {
 /// Sends one RPC to the current map pool (waiting, within the call timeout, for one to be up).
 /// The answer itself is not bounded by the call timeout: map jobs run long.
 pub(crate) async fn call<T: Send + 'static>(
-    shared: &Arc<Shared>,
+    shared: &Shared,
     build: impl FnOnce(RpcReplyPort<T>) -> MapPoolMsg,
 ) -> Result<T, RuntimeError> {
     call_once(shared, build, None)
@@ -403,7 +403,7 @@ pub(crate) async fn call<T: Send + 'static>(
 /// One RPC to the current map pool (not `stopped`, a pool seen to stop: its successor), as
 /// [`call`]; `Err` with the pool's id when it stopped before it answered.
 async fn call_once<T: Send + 'static>(
-    shared: &Arc<Shared>,
+    shared: &Shared,
     build: impl FnOnce(RpcReplyPort<T>) -> MapPoolMsg,
     stopped: Option<ActorId>,
 ) -> Result<Result<T, ActorId>, RuntimeError> {
@@ -429,7 +429,7 @@ const MAX_REATTACH: u32 = 5;
 /// sent again to the new pool (a job that ended meanwhile is summarised from the store). A
 /// runtime shutting down, or a pool that keeps failing, ends the wait with an error.
 pub(crate) async fn wait(
-    shared: &Arc<Shared>,
+    shared: &Shared,
     job: JobId,
 ) -> Result<Result<MapSummary, RuntimeError>, RuntimeError> {
     let mut attempt = 0;
@@ -481,7 +481,7 @@ fn no_provider() -> RuntimeError {
 }
 
 /// The summary of a job that is not running, from the store and its output file.
-async fn summary_of_stored(shared: &Arc<Shared>, job: JobId) -> Result<MapSummary, RuntimeError> {
+async fn summary_of_stored(shared: &Shared, job: JobId) -> Result<MapSummary, RuntimeError> {
     let store = Arc::clone(&shared.store);
     let written = tokio::task::spawn_blocking(move || {
         let record = store.job(job)?;
@@ -537,7 +537,7 @@ async fn start_job(
     });
     entry.owner = options.owner.clone();
     let task = JobRun {
-        shared: Arc::clone(&state.shared),
+        shared: state.shared.clone(),
         job,
         provider: llm.provider,
         caller,
@@ -564,7 +564,7 @@ async fn start_job(
 
 /// One run of a map job, in a worker of its own (see [`super::worker`]).
 struct JobRun {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     job: JobId,
     provider: Arc<dyn Provider>,
     caller: Caller,
@@ -660,7 +660,7 @@ async fn item_worker(state: &JobRun, record: &MapJob) -> Result<Arc<dyn ItemWork
                 .map_err(|e| format!("{}: {e}", record.input_path.display()))?
                 .len();
             let delegator = Arc::new(RuntimeDelegator {
-                shared: Arc::clone(&state.shared),
+                shared: state.shared.clone(),
             });
             Ok(Arc::new(AgenticItemWorker::new(
                 delegator,
@@ -674,11 +674,7 @@ async fn item_worker(state: &JobRun, record: &MapJob) -> Result<Arc<dyn ItemWork
     }
 }
 
-async fn summarise(
-    shared: &Arc<Shared>,
-    job: JobId,
-    record: &MapJob,
-) -> Result<MapSummary, String> {
+async fn summarise(shared: &Shared, job: JobId, record: &MapJob) -> Result<MapSummary, String> {
     let store = Arc::clone(&shared.store);
     let path = record.output_path.clone();
     join_blocking(tokio::task::spawn_blocking(move || write_output(&store, job, &path)).await)

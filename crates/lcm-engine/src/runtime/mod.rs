@@ -277,7 +277,7 @@ impl Runtime {
             tools,
             writer,
         ));
-        let (root, root_task) = RootActor::spawn(None, RootActor, Arc::clone(&shared))
+        let (root, root_task) = RootActor::spawn(None, RootActor, shared.lease())
             .await
             .map_err(|e| RuntimeError::Start(e.to_string()))?;
         Ok(Runtime {
@@ -422,7 +422,7 @@ impl Runtime {
         args: serde_json::Value,
     ) -> Result<serde_json::Value, ToolError> {
         let shared = &self.inner.shared;
-        let ctx = delegation::tool_context(shared, Caller::main_agent(None));
+        let ctx = delegation::tool_context(&shared.lease(), Caller::main_agent(None));
         shared.tools.call(&ctx, name, args).await
     }
 
@@ -496,23 +496,12 @@ impl Runtime {
             )
             .await;
         }
-        // Running compactions finish (or the grace period ends); nothing queued starts.
+        // Running compactions finish (or the grace period ends); nothing queued starts. The
+        // compactor answers once none runs; a compactor gone answers nothing, which ends the
+        // wait as well.
         if let Some(compactor) = shared.services.compactor.get() {
-            let _ = compactor.cast(compactor::CompactorMsg::Drain);
-            while Instant::now() < deadline {
-                match ask(
-                    &compactor,
-                    Duration::from_secs(1),
-                    compactor::CompactorMsg::Stats,
-                )
-                .await
-                {
-                    Ok(stats) if stats.running > 0 => {
-                        tokio::time::sleep(Duration::from_millis(10)).await
-                    }
-                    _ => break,
-                }
-            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let _ = ask(&compactor, remaining, compactor::CompactorMsg::Drain).await;
         }
         for session in sessions {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -548,12 +537,10 @@ impl Runtime {
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
-        // Blocking tasks that still hold the shared state finish quickly; wait for them so the
-        // store file is free once every handle is dropped.
-        let until = Instant::now() + Duration::from_secs(5);
-        while Arc::strong_count(&shared) > 2 && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        // Actors killed with the root drop their leases as they stop, and blocking tasks they
+        // started finish quickly; wait (notified, at most 5 s) for every lease of the shared
+        // state, so that the store file is free once every handle is dropped.
+        let _ = tokio::time::timeout(Duration::from_secs(5), shared.leases_returned()).await;
         Ok(())
     }
 
@@ -719,7 +706,7 @@ impl SessionHandle {
         args: serde_json::Value,
     ) -> Result<serde_json::Value, ToolError> {
         let shared = &self.runtime.inner.shared;
-        let ctx = delegation::tool_context(shared, Caller::main_agent(Some(self.id)));
+        let ctx = delegation::tool_context(&shared.lease(), Caller::main_agent(Some(self.id)));
         shared.tools.call(&ctx, name, args).await
     }
 

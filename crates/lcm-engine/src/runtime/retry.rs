@@ -1,23 +1,27 @@
 //! The one retry policy for calls into the runtime's actors.
 //!
 //! An actor that dies with a request in its mailbox drops the reply port: the caller learns the
-//! request was lost, not what happened to it. For an idempotent request (reading a context,
-//! flushing the index, an append whose messages all carry a source key) the runtime asks again,
-//! because the supervisor is already starting the actor's successor. Every such call goes
-//! through [`retry_until`], with the same policy:
+//! request was lost, not what happened to it. For an idempotent request (reading a context, an
+//! append whose messages all carry a source key) the runtime asks again, because the supervisor
+//! is already starting the actor's successor. A call to a session's actor goes through
+//! [`retry_until`], with the same policy:
 //!
-//! - a lost request is asked again after [`LOST_CALL_PAUSE`] (the slot wait or the root then
-//!   finds the successor);
+//! - a lost request is asked again after [`LOST_CALL_PAUSE`] (the root then checks the
+//!   session's actor and starts a successor);
 //! - an actor waiting out its restart backoff is asked again once the backoff is over;
 //! - anything else (an answer, a timeout, a refusal) ends the call at once;
 //! - the call's deadline (`runtime.call_timeout_s` from its start) bounds it all: when the next
 //!   attempt would start past it, the last attempt's error is returned.
+//!
+//! A call to a singleton (compactor, indexer, ...) needs no pause: its successor is put in the
+//! singleton's slot, a watch channel, and the caller waits on the slot for an actor other than
+//! the one that died (`Slot::ask` in [`super::shared`]).
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// The pause before a lost request is sent again: long enough for the supervisor to take a dead
-/// actor out of its slot, short enough not to be noticed.
+/// The pause before a lost request is sent again: long enough for a dead session actor's status
+/// to say so when the root looks it up, short enough not to be noticed.
 pub(crate) const LOST_CALL_PAUSE: Duration = Duration::from_millis(2);
 
 /// What one attempt of a retried call came to.

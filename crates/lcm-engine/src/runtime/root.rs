@@ -28,7 +28,7 @@ use super::indexer::IndexerActor;
 use super::integrity::IntegrityActor;
 use super::map_pool::MapWorkerPool;
 use super::session::{STOP_IDLE, SessionActor, SessionArgs, SessionMsg};
-use super::shared::{Shared, join_blocking};
+use super::shared::{Shared, SharedRef, join_blocking};
 use super::supervision::{ActorKind, Heartbeat, RestartHistory, backoff};
 
 /// Messages of the root supervisor.
@@ -71,7 +71,7 @@ struct Member {
 }
 
 pub(crate) struct RootState {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     sessions: HashMap<SessionId, ActorRef<SessionMsg>>,
     members: HashMap<ActorId, Member>,
     session_failures: HashMap<SessionId, RestartHistory>,
@@ -96,7 +96,7 @@ const SINGLETONS: [ActorKind; 6] = [
 impl Actor for RootActor {
     type Msg = RootMsg;
     type State = RootState;
-    type Arguments = Arc<Shared>;
+    type Arguments = SharedRef;
 
     async fn pre_start(
         &self,
@@ -324,9 +324,9 @@ async fn spawn_singleton(
     state: &mut RootState,
     kind: ActorKind,
 ) -> Result<(), ActorProcessingErr> {
-    let shared = Arc::clone(&state.shared);
+    let shared = state.shared.clone();
     let heartbeat = Heartbeat::new();
-    let args = (Arc::clone(&shared), Arc::clone(&heartbeat));
+    let args = (shared.clone(), Arc::clone(&heartbeat));
     let supervisor = myself.get_cell();
     let cell = match kind {
         ActorKind::Assembler => {
@@ -417,7 +417,7 @@ async fn session_actor(
     join_blocking(tokio::task::spawn_blocking(move || store.session(session)).await)??;
     let heartbeat = Heartbeat::new();
     let args = SessionArgs {
-        shared: Arc::clone(&state.shared),
+        shared: state.shared.clone(),
         session,
         heartbeat: Arc::clone(&heartbeat),
     };

@@ -28,7 +28,7 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::FaultPoint;
 use super::indexer::IndexerMsg;
-use super::shared::{Shared, ask_service, join_blocking};
+use super::shared::{Shared, SharedRef, ask_service, join_blocking};
 use super::supervision::{ActorKind, Heartbeat};
 use crate::assembly::AssembledContext;
 use crate::compaction::effective_budget;
@@ -74,7 +74,7 @@ pub struct SessionStats {
 pub(crate) struct SessionActor;
 
 pub(crate) struct SessionArgs {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: SharedRef,
     pub(crate) session: SessionId,
     pub(crate) heartbeat: Arc<Heartbeat>,
 }
@@ -91,7 +91,7 @@ struct InFlight {
 }
 
 pub(crate) struct SessionState {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     session: SessionId,
     heartbeat: Arc<Heartbeat>,
     compaction: Option<InFlight>,
@@ -199,7 +199,7 @@ async fn append(
     state: &mut SessionState,
     messages: Vec<NewMessage>,
 ) -> Result<Result<Vec<Appended>, RuntimeError>, ActorProcessingErr> {
-    let shared = Arc::clone(&state.shared);
+    let shared = state.shared.clone();
     let session = state.session;
     // Tokenise here, in parallel with other sessions; only the commit is serialised.
     let prepared = join_blocking(

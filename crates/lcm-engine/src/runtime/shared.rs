@@ -2,7 +2,11 @@
 //! the summariser (and the sessions' own, registered by hosts), the event channel, the fault
 //! plan, and the current references of the singleton actors (replaced by the root supervisor
 //! whenever it restarts one).
+//!
+//! The runtime holds the shared state itself; its actors, workers and the tasks they start
+//! hold it through a [`SharedRef`], a lease shutdown waits for.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +25,6 @@ use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::Faults;
 use super::indexer::IndexerMsg;
-use super::retry::{Attempt, retry_until};
 use super::session_summarizers::SessionSummarizers;
 use super::supervision::ActorKind;
 use super::writer::GroupWriter;
@@ -45,6 +48,9 @@ pub(crate) struct Shared {
     pub(crate) services: Services,
     /// Whether the runtime is shutting down (a watch, so that waiters on a slot wake at once).
     closing: watch::Sender<bool>,
+    /// Every [`SharedRef`] holds a receiver of it: once they are all dropped, `closed`
+    /// completes ([`Shared::leases_returned`]).
+    leases: watch::Sender<()>,
 }
 
 impl Shared {
@@ -71,7 +77,23 @@ impl Shared {
             writer,
             services: Services::default(),
             closing: watch::Sender::new(false),
+            leases: watch::Sender::new(()),
         }
+    }
+
+    /// A lease of the shared state, for an actor, a worker or a task of the runtime.
+    pub(crate) fn lease(self: &Arc<Self>) -> SharedRef {
+        SharedRef {
+            shared: Arc::clone(self),
+            _lease: self.leases.subscribe(),
+        }
+    }
+
+    /// Completes once every [`SharedRef`] is dropped (at once if none is held): the actors
+    /// have stopped and the tasks they started, blocking ones included, have ended, so only
+    /// the runtime's own handle keeps the store open.
+    pub(crate) async fn leases_returned(&self) {
+        self.leases.closed().await;
     }
 
     /// The summariser for `session`'s compactions: its own when a live one is registered
@@ -99,6 +121,32 @@ impl Shared {
 
     pub(crate) fn set_closing(&self) {
         self.closing.send_replace(true);
+    }
+}
+
+/// The shared state as the runtime's actors, workers and tasks hold it: an `Arc` with a lease.
+/// Shutdown awaits the return of every lease ([`Shared::leases_returned`]), so that the store
+/// file is free once the host drops the runtime: an `Arc`'s count offers no notification, a
+/// watch channel's receivers do.
+pub(crate) struct SharedRef {
+    shared: Arc<Shared>,
+    _lease: watch::Receiver<()>,
+}
+
+impl Clone for SharedRef {
+    fn clone(&self) -> Self {
+        SharedRef {
+            shared: Arc::clone(&self.shared),
+            _lease: self._lease.clone(),
+        }
+    }
+}
+
+impl Deref for SharedRef {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
     }
 }
 
@@ -158,6 +206,32 @@ impl<M: ractor::Message> Slot<M> {
     ) -> Result<ActorRef<M>, RuntimeError> {
         self.wait_for(kind, &shared.closing, deadline, Some(stopped))
             .await
+    }
+
+    /// Asks the actor in the slot the request `build` makes, within `timeout` in all: waits
+    /// out a restart of the actor, and when the actor dies with the request (dropping its reply
+    /// port), waits for its successor and asks it again. Every wait is on the slot's watch
+    /// (woken when the supervisor puts the successor in), never a pause and another try.
+    async fn ask<T: Send + 'static>(
+        &self,
+        kind: ActorKind,
+        closing: &watch::Sender<bool>,
+        timeout: Duration,
+        build: impl Fn(RpcReplyPort<T>) -> M,
+    ) -> Result<T, RuntimeError> {
+        let deadline = Instant::now() + timeout;
+        let mut stopped = None;
+        loop {
+            let actor = self.wait_for(kind, closing, deadline, stopped).await?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match ask(&actor, remaining, &build).await {
+                Ok(answer) => return Ok(answer),
+                Err(AskError::Timeout) => return Err(RuntimeError::Timeout { kind, timeout }),
+                // Lost with the actor: the slot holds it until its supervisor has handled the
+                // stop, so the next wait is for another actor.
+                Err(AskError::Gone) => stopped = Some(actor.get_id()),
+            }
+        }
     }
 
     async fn wait_for(
@@ -221,35 +295,15 @@ pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
 }
 
 /// Asks the singleton in `slot` (a `kind` actor) the request `build` makes, within the call
-/// timeout: waits out a restart of the actor, and asks its successor again if it dies with the
-/// request (see [`super::retry`]), so `build` must make the same request every time.
+/// timeout (see [`Slot::ask`]), so `build` must make the same request every time.
 pub(crate) async fn ask_service<M: ractor::Message, T: Send + 'static>(
     shared: &Shared,
     slot: &Slot<M>,
     kind: ActorKind,
     build: impl Fn(RpcReplyPort<T>) -> M,
 ) -> Result<T, RuntimeError> {
-    let deadline = Instant::now() + shared.call_timeout();
-    let build = &build;
-    retry_until(deadline, || async move {
-        let actor = match slot.wait(kind, shared, deadline).await {
-            Ok(actor) => actor,
-            Err(error) => return Attempt::Done(Err(error)),
-        };
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        match ask(&actor, remaining, build).await {
-            Ok(answer) => Attempt::Done(Ok(answer)),
-            Err(AskError::Timeout) => Attempt::Done(Err(RuntimeError::Timeout {
-                kind,
-                timeout: shared.call_timeout(),
-            })),
-            Err(AskError::Gone) => Attempt::lost(RuntimeError::Unavailable {
-                kind,
-                detail: "it stopped".into(),
-            }),
-        }
-    })
-    .await
+    slot.ask(kind, &shared.closing, shared.call_timeout(), build)
+        .await
 }
 
 /// Re-raises a panic caught in a blocking task in the actor that awaited it, so that the
@@ -286,6 +340,42 @@ mod tests {
             _args: (),
         ) -> Result<(), ActorProcessingErr> {
             Ok(())
+        }
+    }
+
+    /// A request answered with a number.
+    struct Ask(RpcReplyPort<u32>);
+
+    /// Answers every [`Ask`] with its number, or (`None`) fails on the first, dropping it.
+    struct Answering(Option<u32>);
+
+    #[ractor::async_trait]
+    impl Actor for Answering {
+        type Msg = Ask;
+        type State = ();
+        type Arguments = ();
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<Ask>,
+            _args: (),
+        ) -> Result<(), ActorProcessingErr> {
+            Ok(())
+        }
+
+        async fn handle(
+            &self,
+            _myself: ActorRef<Ask>,
+            Ask(reply): Ask,
+            _state: &mut (),
+        ) -> Result<(), ActorProcessingErr> {
+            match self.0 {
+                Some(answer) => {
+                    let _ = reply.send(answer);
+                    Ok(())
+                }
+                None => Err("failed on the request".into()),
+            }
         }
     }
 
@@ -379,5 +469,59 @@ mod tests {
             .await;
         assert!(matches!(answer, Err(RuntimeError::Unavailable { .. })));
         assert!(Instant::now() >= deadline);
+    }
+
+    #[tokio::test]
+    async fn a_request_lost_with_its_actor_is_asked_of_the_successor_once_it_is_in() {
+        let slot = Arc::new(Slot::<Ask>::default());
+        let closing = Arc::new(watch::Sender::new(false));
+        let (dying, dying_handle) = Actor::spawn(None, Answering(None), ()).await.unwrap();
+        slot.set(Some(dying.clone()));
+        let asking = {
+            let (slot, closing) = (Arc::clone(&slot), Arc::clone(&closing));
+            tokio::spawn(async move {
+                slot.ask(ActorKind::Indexer, &closing, Duration::from_secs(60), Ask)
+                    .await
+            })
+        };
+        dying_handle.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !asking.is_finished(),
+            "the slot still holds the actor that died: the caller waits for its successor"
+        );
+        let (next, next_handle) = Actor::spawn(None, Answering(Some(7)), ()).await.unwrap();
+        slot.set(Some(next.clone()));
+        let answer = tokio::time::timeout(Duration::from_secs(5), asking)
+            .await
+            .expect("woken by the successor, long before the deadline")
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer, 7);
+        next.stop(None);
+        next_handle.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_request_lost_with_no_successor_in_time_says_the_actor_is_unavailable() {
+        let slot = Slot::<Ask>::default();
+        let closing = watch::Sender::new(false);
+        let (dying, dying_handle) = Actor::spawn(None, Answering(None), ()).await.unwrap();
+        slot.set(Some(dying));
+        let started = Instant::now();
+        let answer = slot
+            .ask(
+                ActorKind::Compactor,
+                &closing,
+                Duration::from_millis(50),
+                Ask,
+            )
+            .await;
+        assert!(
+            matches!(answer, Err(RuntimeError::Unavailable { .. })),
+            "{answer:?}"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        dying_handle.await.unwrap();
     }
 }

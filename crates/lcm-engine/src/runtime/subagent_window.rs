@@ -14,7 +14,7 @@ use lcm_core::message::{Message, Part, Role};
 use lcm_llm::chat::{ChatTurn, ToolCall};
 use tokio::sync::Notify;
 
-use super::shared::Shared;
+use super::shared::SharedRef;
 use crate::agent::ConversationWindow;
 use crate::assembly::{AssembledContext, ContextItem, assemble, system_prompt_tokens};
 use crate::compaction::{CompactionObserver, compact_shared, effective_budget, needs_compaction};
@@ -51,7 +51,7 @@ impl StoredTurns {
 
 /// The window of one sub-agent run over its session.
 pub(crate) struct SessionWindow {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: SharedRef,
     pub(crate) session: SessionId,
     pub(crate) stored: Arc<StoredTurns>,
 }

@@ -144,6 +144,60 @@ async fn between_soft_and_hard_compaction_runs_in_the_background() {
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
+/// The extractive summariser, each call taking `delay` (a model's latency); `called` is
+/// notified at each call.
+struct Slow {
+    inner: ExtractiveSummarizer,
+    delay: Duration,
+    called: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl Summarizer for Slow {
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+    async fn summarize(&self, call: &SummaryCall<'_>) -> Result<Completion, ProviderError> {
+        self.called.notify_one();
+        tokio::time::sleep(self.delay).await;
+        self.inner.summarize(call).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_once_the_running_compaction_ends_not_at_the_grace_period() {
+    let summarizer = Arc::new(Slow {
+        inner: ExtractiveSummarizer::new(TokenCounter::new(Encoding::O200kBase)),
+        delay: Duration::from_millis(100),
+        called: tokio::sync::Notify::new(),
+    });
+    let rt = Runtime::open(
+        RuntimeOptions::in_memory(small_config()).with_summarizer(Arc::clone(&summarizer) as _),
+    )
+    .await
+    .expect("runtime opens");
+    let s = rt.session("busy").await.unwrap();
+    s.append_batch((0..120).map(message).collect())
+        .await
+        .unwrap();
+    let total = s.context(1_000_000).await.unwrap().tokens;
+    // Between soft and hard: a compaction starts in the background.
+    let budget = ((total as f64) / 0.82 / 0.95) as u64;
+    s.context(budget).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), summarizer.called.notified())
+        .await
+        .expect("the compaction called its summariser");
+    // The compactor answers the drain when its run ends, and every lease of the runtime's
+    // state is returned as its actors stop: shutdown waits for neither its grace period nor
+    // the 5 s bound of the last wait.
+    let started = std::time::Instant::now();
+    rt.shutdown(Duration::from_secs(60)).await.unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(4), "shutdown took {took:?}");
+    // The run that was going on finished: its summaries are stored.
+    assert!(!rt.store().session_summaries(s.id()).unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn above_hard_the_turn_waits_for_compaction() {
     let summarizer = counting();
