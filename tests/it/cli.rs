@@ -928,3 +928,83 @@ fn eval_recall_scores_a_locomo_file_without_touching_the_data_directory() {
     assert!(!regex.status.success());
     assert!(String::from_utf8_lossy(&regex.stderr).contains("not regex"));
 }
+
+/// `lcm --help` describes the whole tool, every command in its first screen; `lcm completions`
+/// prints a script for each shell (without a data directory or a readable configuration), and
+/// an unknown shell is a usage error naming the ones there are.
+#[test]
+fn help_describes_the_whole_tool_and_completions_cover_every_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("never-created");
+    let help = lcm(&data, &["--help"]);
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    let first = help.lines().next().unwrap();
+    assert!(first.contains("Lossless Context Management"), "{first}");
+    let commands = [
+        "import",
+        "grep",
+        "show",
+        "sessions",
+        "stats",
+        "reindex",
+        "vacuum",
+        "compact",
+        "context",
+        "dag",
+        "describe",
+        "demo",
+        "doctor",
+        "tool",
+        "tools",
+        "serve",
+        "map",
+        "mcp",
+        "eval",
+        "completions",
+    ];
+    // The overview names every command (the list clap prints below it does too).
+    let overview = &help[..help.find("Usage:").unwrap()];
+    for command in commands {
+        let word = |line: &str| line.split([' ', ',', '(', ')']).any(|w| w == command);
+        assert!(
+            overview.lines().any(word),
+            "`{command}` missing from the overview:\n{overview}"
+        );
+    }
+
+    for (shell, marker) in [
+        ("bash", "complete -F _lcm"),
+        ("zsh", "#compdef lcm"),
+        ("fish", "complete -c lcm"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lcm"))
+            .args(["completions", shell])
+            .env("LCM_CONFIG", tmp.path().join("no-such-config.toml"))
+            .env("LCM_DATA_DIR", &data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(script.contains(marker), "{shell}: {script}");
+        for command in commands {
+            assert!(
+                script.contains(command),
+                "{shell}: `{command}` not completed"
+            );
+        }
+        assert!(script.contains("--data-dir"), "{shell}");
+    }
+    let bad = lcm(&data, &["completions", "tcsh"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("tcsh") && stderr.contains("bash") && stderr.contains("zsh"),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "no data directory is created");
+}

@@ -25,7 +25,7 @@ use lcm_core::config::Config;
 
 /// Lossless Context Management: unbounded, lossless memory for LLM agents.
 #[derive(Debug, Parser)]
-#[command(name = "lcm", version, about, long_about = None)]
+#[command(name = "lcm", version, about, long_about = LONG_ABOUT)]
 pub struct Cli {
     /// Data directory (store and index). Default: the platform data directory + `lcm`.
     #[arg(long, global = true, env = "LCM_DATA_DIR")]
@@ -44,11 +44,29 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// What `lcm --help` says before the commands.
+const LONG_ABOUT: &str = "\
+Lossless Context Management: unbounded, lossless memory for LLM agents.
+
+lcm keeps every message of an agent's conversations in one data directory (a redb store and a \
+search index beside it) and gives the agent a bounded context that never loses anything: \
+older turns are compacted into a DAG of summaries that the agent can search and expand back \
+to the verbatim messages.
+
+History in:   import (transcript files), serve (the HTTP API and the OpenAI / Anthropic proxy), \
+mcp (tools for an MCP client)
+Find:         grep (regex, full text, semantic, hybrid), show, sessions, describe, dag, tool
+Context:      context, compact
+Care:         stats, doctor, reindex, vacuum
+Batch:        map (llm_map jobs), eval
+Shell:        completions (bash, zsh, fish), demo (a first look on an example transcript)";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Import transcripts (Claude Code JSONL, OpenAI messages JSON/JSONL, lcm JSONL).
     Import(commands::ImportArgs),
-    /// Search every stored message: regex (exact, complete) or full text (ranked).
+    /// Search every stored message: regex (exact, complete), full text (ranked), or by
+    /// meaning (semantic, hybrid; with an embedding model).
     Grep(commands::GrepArgs),
     /// Show a message (`msg_N`) or a session (`ses_N`).
     Show(commands::ShowArgs),
@@ -86,6 +104,15 @@ pub enum Command {
     /// Evaluations: `lcm eval recall FILE` measures how often search finds the turns that
     /// answer a LoCoMo question.
     Eval(eval_commands::EvalArgs),
+    /// Print a shell completion script: `lcm completions bash > ~/.local/share/bash-completion/completions/lcm`.
+    Completions(CompletionsArgs),
+}
+
+/// Arguments of `lcm completions`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    pub shell: clap_complete::Shell,
 }
 
 /// Output format of `--format`-style choices shared by commands.
@@ -167,6 +194,10 @@ fn init_tracing() {
 
 /// Runs one parsed command.
 pub fn execute(cli: Cli) -> Result<()> {
+    // Needs neither a data directory nor a configuration.
+    if let Command::Completions(args) = &cli.command {
+        return completions(args);
+    }
     let ctx = App::new(&cli)?;
     match &cli.command {
         Command::Import(args) => commands::import(&ctx, args),
@@ -188,7 +219,20 @@ pub fn execute(cli: Cli) -> Result<()> {
         Command::Map(args) => map_commands::map_cmd(&ctx, args),
         Command::Mcp(args) => mcp::mcp(&ctx, args),
         Command::Eval(args) => eval_commands::eval_cmd(&ctx, args),
+        Command::Completions(args) => completions(args),
     }
+}
+
+/// Writes the completion script of `args.shell` to stdout.
+fn completions(args: &CompletionsArgs) -> Result<()> {
+    use clap::CommandFactory;
+    use std::io::Write;
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut Cli::command(), "lcm", &mut script);
+    let mut out = std::io::stdout().lock();
+    out.write_all(&script)
+        .and_then(|()| out.flush())
+        .context("writing the completion script")
 }
 
 /// What every command needs: where the data is, the configuration, how to print.
