@@ -1008,3 +1008,108 @@ fn help_describes_the_whole_tool_and_completions_cover_every_command() {
     );
     assert!(!data.exists(), "no data directory is created");
 }
+
+/// Every `*.jsonl` / `*.json` file under `dir`, recursively (the test's own walk).
+fn transcripts_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(transcripts_under(&path));
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "jsonl" || e == "json")
+        {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// `lcm import FOLDER` imports every transcript under the real Claude Code folder, each
+/// sub-agent's transcript (`<session>/subagents/agent-*.jsonl`) as a child session of its
+/// parent; again, nothing is added; a folder without transcripts is an error that stores
+/// nothing.
+#[test]
+fn import_takes_a_folder_and_makes_sub_agents_child_sessions() {
+    let Some(shared) = common::shared_data() else {
+        return;
+    };
+    let folder = shared.join("transcripts/claude-code");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("lcm");
+    let folder_arg = folder.to_str().unwrap();
+    let first = json(&lcm(&data, &["import", "--json", "-q", folder_arg]));
+    let imports = first["imports"].as_array().unwrap();
+    let mut expected: Vec<String> = transcripts_under(&folder)
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let mut imported: Vec<String> = imports
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_owned())
+        .collect();
+    expected.sort();
+    imported.sort();
+    assert_eq!(imported, expected);
+    assert!(imports.iter().all(|r| r["error_count"] == 0), "{first}");
+    let stored: u64 = imports
+        .iter()
+        .map(|r| r["imported"].as_u64().unwrap())
+        .sum();
+    assert!(stored > 1000, "{stored}");
+
+    let sessions = json(&lcm(&data, &["sessions", "--json"]));
+    let sessions = sessions.as_array().unwrap();
+    let id_of = |key: &str| {
+        sessions
+            .iter()
+            .find(|s| s["key"] == key)
+            .map(|s| s["id"].clone())
+            .unwrap_or_else(|| panic!("no session {key}"))
+    };
+    let agents: Vec<&Value> = sessions
+        .iter()
+        .filter(|s| s["key"].as_str().unwrap().contains("/agent-"))
+        .collect();
+    // Every sub-agent file of the folder is a session of its own, the child of its parent.
+    let agent_files = expected
+        .iter()
+        .filter(|p| p.contains("/subagents/"))
+        .count();
+    assert_eq!(agents.len(), agent_files);
+    for agent in &agents {
+        let key = agent["key"].as_str().unwrap();
+        let parent_key = key.split("/agent-").next().unwrap();
+        assert_eq!(agent["parent"], id_of(parent_key), "{agent}");
+    }
+    assert!(
+        sessions
+            .iter()
+            .filter(|s| !s["key"].as_str().unwrap().contains("/agent-"))
+            .all(|s| s["parent"].is_null())
+    );
+
+    let again = json(&lcm(&data, &["import", "--json", "-q", folder_arg]));
+    assert!(
+        again["imports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["imported"] == 0),
+        "{again}"
+    );
+
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(empty.join("nested")).unwrap();
+    std::fs::write(empty.join("nested/notes.txt"), "not a transcript").unwrap();
+    let out = lcm(&data, &["import", empty.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no transcripts") && stderr.contains("empty"),
+        "{stderr}"
+    );
+    let after = json(&lcm(&data, &["sessions", "--json"]));
+    assert_eq!(after.as_array().unwrap().len(), sessions.len());
+}

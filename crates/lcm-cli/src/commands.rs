@@ -17,7 +17,9 @@ use crate::{App, Mode};
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// Files to import.
+    /// Files or folders to import; a folder is walked recursively for `*.jsonl` and `*.json`
+    /// (a Claude Code project folder with its sessions' `subagents/` transcripts, which become
+    /// child sessions of their parent).
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// The format (claude-code, openai, lcm); detected from the first entry when absent.
@@ -47,10 +49,11 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
         batch_size: app.config.import.batch_size,
         max_line_bytes: app.config.import.max_line_bytes,
     };
+    let paths = transcript_files(&args.paths)?;
     let mut reports = Vec::new();
-    for (n, path) in args.paths.iter().enumerate() {
+    for (n, path) in paths.iter().enumerate() {
         if interrupt.requested() {
-            return Err(import_interrupted(app, reports, &args.paths[n..]));
+            return Err(import_interrupted(app, reports, &paths[n..]));
         }
         let size = std::fs::metadata(path)
             .with_context(|| format!("cannot read {}", path.display()))?
@@ -82,6 +85,53 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
         println!("indexed {} new messages", thousands(indexed));
     }
     Ok(())
+}
+
+/// The files to import: each path as given, a folder replaced by the `*.jsonl` and `*.json`
+/// files under it (recursively, in path order, hidden entries skipped). A folder without any is
+/// an error naming it.
+fn transcript_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> Result<()> {
+        let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read the folder {}", dir.display()))?
+            .collect::<std::io::Result<_>>()
+            .with_context(|| format!("cannot read the folder {}", dir.display()))?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for entry in entries {
+            let path = entry.path();
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let kind = entry
+                .file_type()
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            if kind.is_dir() {
+                walk(&path, out)?;
+            } else if path
+                .extension()
+                .is_some_and(|e| e == "jsonl" || e == "json")
+            {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let before = files.len();
+            walk(path, &mut files)?;
+            if files.len() == before {
+                anyhow::bail!(
+                    "no transcripts (*.jsonl, *.json) in the folder {}",
+                    path.display()
+                );
+            }
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
 }
 
 /// The error of an import stopped by a signal: every file in `reports` is stored whole, those

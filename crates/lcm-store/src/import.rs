@@ -476,16 +476,21 @@ impl<'a> Sink<'a> {
     }
 
     fn push(&mut self, parsed: ParsedMessage) -> Result<(), ImportError> {
-        let key = self
-            .options
-            .session_key
-            .clone()
-            .unwrap_or(parsed.session_key);
+        // `--session` puts everything in one session: no parent then.
+        let (key, parent) = match &self.options.session_key {
+            Some(key) => (key.clone(), None),
+            None => (parsed.session_key, parsed.parent_session_key),
+        };
         let session = match self.sessions.get(&key) {
             Some(id) => *id,
             None => {
-                // Made durable by the append of this message's batch (`flush`).
-                let id = self.store.ensure_session_for_append(&key)?;
+                // Made durable by the append of this message's batch (`flush`). A sub-agent's
+                // session is made the child of its parent's (created empty if not yet there).
+                let parent = match parent {
+                    Some(parent) => Some(self.store.ensure_session_for_append(&parent)?),
+                    None => None,
+                };
+                let id = self.store.ensure_child_session_for_append(&key, parent)?;
                 self.sessions.insert(key.clone(), id);
                 self.per_session.entry(id).or_insert((key, 0, 0));
                 id

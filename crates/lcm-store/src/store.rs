@@ -485,7 +485,7 @@ impl Store {
 
     /// The session named `key`, created if it does not exist yet.
     pub fn ensure_session(&self, key: &str) -> Result<SessionId> {
-        self.ensure_session_with(key, redb::Durability::Immediate)
+        self.ensure_session_with(key, None, redb::Durability::Immediate)
     }
 
     /// [`Store::ensure_session`] for a caller about to append to the session: a new session is
@@ -493,14 +493,29 @@ impl Store {
     /// the caller's append (a crash before it leaves neither the session nor its messages).
     /// An import of many small session files makes one sync a file instead of two.
     pub fn ensure_session_for_append(&self, key: &str) -> Result<SessionId> {
-        self.ensure_session_with(key, redb::Durability::None)
+        self.ensure_session_with(key, None, redb::Durability::None)
     }
 
-    fn ensure_session_with(&self, key: &str, durability: redb::Durability) -> Result<SessionId> {
+    /// [`Store::ensure_session_for_append`] for a session spawned from `parent`: a session
+    /// created here gets it as its parent; one that exists already is left as it is.
+    pub fn ensure_child_session_for_append(
+        &self,
+        key: &str,
+        parent: Option<SessionId>,
+    ) -> Result<SessionId> {
+        self.ensure_session_with(key, parent, redb::Durability::None)
+    }
+
+    fn ensure_session_with(
+        &self,
+        key: &str,
+        parent: Option<SessionId>,
+        durability: redb::Durability,
+    ) -> Result<SessionId> {
         if let Some(id) = self.session_id_for_key(key)? {
             return Ok(id);
         }
-        match self.create_session_with(key, None, durability) {
+        match self.create_session_with(key, parent, durability) {
             Err(StoreError::SessionExists(_)) => self
                 .session_id_for_key(key)?
                 .ok_or_else(|| StoreError::SessionKeyNotFound(key.to_owned())),

@@ -66,8 +66,10 @@ pub fn parse_line(bytes: &[u8], ctx: &LineContext<'_>) -> Result<LineOutcome, Pa
             None => format!("line:{line}"),
         }),
     };
+    let (session_key, parent_session_key) = session_keys(&entry, ctx)?;
     Ok(LineOutcome::Messages(vec![ParsedMessage {
-        session_key: session_key(&entry, ctx)?,
+        session_key,
+        parent_session_key,
         message,
     }]))
 }
@@ -78,15 +80,20 @@ fn not_a_message(entry_type: String) -> LineOutcome {
     }
 }
 
-/// `claude-code:{sessionId}[/agent-{agentId}]`, or the context's default without a session id.
-fn session_key(entry: &Obj<'_>, ctx: &LineContext<'_>) -> Result<String, ParseError> {
+/// `claude-code:{sessionId}[/agent-{agentId}]` (a sub-agent's session with its parent's key),
+/// or the context's default without a session id.
+fn session_keys(
+    entry: &Obj<'_>,
+    ctx: &LineContext<'_>,
+) -> Result<(String, Option<String>), ParseError> {
     let Some(session) = entry.string("sessionId")? else {
-        return Ok(ctx.default_session_key.to_owned());
+        return Ok((ctx.default_session_key.to_owned(), None));
     };
     let sidechain = entry.bool("isSidechain")?.unwrap_or(false);
+    let parent = format!("claude-code:{session}");
     Ok(match entry.string("agentId")? {
-        Some(agent) if sidechain => format!("claude-code:{session}/agent-{agent}"),
-        _ => format!("claude-code:{session}"),
+        Some(agent) if sidechain => (format!("{parent}/agent-{agent}"), Some(parent)),
+        _ => (parent, None),
     })
 }
 
@@ -525,10 +532,17 @@ mod tests {
     #[test]
     fn sub_agent_entries_get_their_own_session() {
         let line = r#"{"parentUuid":null,"isSidechain":true,"sessionId":"258c","agentId":"a881341","type":"user","message":{"role":"user","content":"go"},"uuid":"u"}"#;
-        assert_eq!(one(line).session_key, "claude-code:258c/agent-a881341");
+        let parsed = one(line);
+        assert_eq!(parsed.session_key, "claude-code:258c/agent-a881341");
+        assert_eq!(
+            parsed.parent_session_key.as_deref(),
+            Some("claude-code:258c")
+        );
         // An agentId on a main-chain entry does not split the session.
         let line = r#"{"isSidechain":false,"sessionId":"258c","agentId":"a1","type":"user","message":{"role":"user","content":"go"},"uuid":"u"}"#;
-        assert_eq!(one(line).session_key, "claude-code:258c");
+        let parsed = one(line);
+        assert_eq!(parsed.session_key, "claude-code:258c");
+        assert_eq!(parsed.parent_session_key, None);
     }
 
     #[test]

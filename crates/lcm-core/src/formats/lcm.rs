@@ -151,6 +151,7 @@ pub fn parse_line(bytes: &[u8], ctx: &LineContext<'_>) -> Result<LineOutcome, Pa
         session_key: entry
             .session
             .unwrap_or_else(|| ctx.default_session_key.to_owned()),
+        parent_session_key: None,
         message: NewMessage {
             role: entry.role,
             parts,

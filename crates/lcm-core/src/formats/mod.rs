@@ -88,6 +88,9 @@ pub fn detect(first_line: &[u8]) -> Option<Format> {
 pub struct ParsedMessage {
     /// The host's key of the conversation (becomes the session key in the store).
     pub session_key: String,
+    /// The key of the conversation this one was spawned from (a Claude Code sub-agent's
+    /// transcript names its parent session): the store makes the session its child.
+    pub parent_session_key: Option<String>,
     pub message: NewMessage,
 }
 

@@ -226,6 +226,7 @@ fn parsed(
 ) -> ParsedMessage {
     ParsedMessage {
         session_key,
+        parent_session_key: None,
         message: NewMessage {
             role,
             parts,
