@@ -1113,3 +1113,49 @@ fn import_takes_a_folder_and_makes_sub_agents_child_sessions() {
     let after = json(&lcm(&data, &["sessions", "--json"]));
     assert_eq!(after.as_array().unwrap().len(), sessions.len());
 }
+
+/// `lcm import -` reads standard input: the same messages as importing the file, and the same
+/// input again adds nothing; nothing is left behind in the data directory.
+#[test]
+fn import_reads_standard_input() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let tmp = tempfile::tempdir().unwrap();
+    let (by_file, by_stdin) = (tmp.path().join("file"), tmp.path().join("stdin"));
+    let file = json(&lcm(
+        &by_file,
+        &["import", "--json", "-q", example().to_str().unwrap()],
+    ));
+    let bytes = std::fs::read(example()).unwrap();
+    let from_stdin = |data: &Path| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lcm"))
+            .arg("--data-dir")
+            .arg(data)
+            .args(["import", "--json", "-q", "-"])
+            .env_remove("LCM_CONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&bytes).unwrap();
+        json(&child.wait_with_output().unwrap())
+    };
+    let first = from_stdin(&by_stdin);
+    let report = &first["imports"][0];
+    assert_eq!(report["path"], "-");
+    assert_eq!(report["imported"], file["imports"][0]["imported"]);
+    assert!(report["imported"].as_u64().unwrap() > 0);
+    let again = from_stdin(&by_stdin);
+    assert_eq!(again["imports"][0]["imported"], 0);
+    assert_eq!(
+        again["imports"][0]["already_present"], report["imported"],
+        "{again}"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&by_stdin)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".import-stdin"))
+        .collect();
+    assert!(leftovers.is_empty());
+}

@@ -17,9 +17,9 @@ use crate::{App, Mode};
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// Files or folders to import; a folder is walked recursively for `*.jsonl` and `*.json`
-    /// (a Claude Code project folder with its sessions' `subagents/` transcripts, which become
-    /// child sessions of their parent).
+    /// Files or folders to import (`-`: standard input); a folder is walked recursively for
+    /// `*.jsonl` and `*.json` (a Claude Code project folder with its sessions' `subagents/`
+    /// transcripts, which become child sessions of their parent).
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// The format (claude-code, openai, lcm); detected from the first entry when absent.
@@ -55,19 +55,30 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
         if interrupt.requested() {
             return Err(import_interrupted(app, reports, &paths[n..]));
         }
-        let size = std::fs::metadata(path)
+        // `-`: standard input, kept in a temporary file for the importer (which reads a file
+        // twice: to detect the format, then to import).
+        let stdin_copy = if path.as_os_str() == "-" {
+            Some(stdin_to_file(&data.path)?)
+        } else {
+            None
+        };
+        let source = stdin_copy
+            .as_ref()
+            .map_or(path.as_path(), |(_, p)| p.as_path());
+        let size = std::fs::metadata(source)
             .with_context(|| format!("cannot read {}", path.display()))?
             .len();
         let name = path
             .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            .map_or_else(|| "stdin".to_owned(), |n| n.to_string_lossy().into_owned());
         let bar = bytes_bar(app.quiet, &name, size);
-        let report = import_file(&data.store, path, &options, |done, total| {
+        let report = import_file(&data.store, source, &options, |done, total| {
             bar.set_length(total);
             bar.set_position(done);
         });
         bar.finish_and_clear();
-        let report = report?;
+        let mut report = report?;
+        report.path = path.clone();
         // The index's threads tokenise this file while the next one is parsed.
         data.index.feed(&data.store)?;
         if !app.json {
@@ -87,7 +98,22 @@ pub fn import(app: &App, args: &ImportArgs) -> Result<()> {
     Ok(())
 }
 
-/// The files to import: each path as given, a folder replaced by the `*.jsonl` and `*.json`
+/// Standard input copied to the file `stdin` (so messages without a session of their own go to
+/// the session `stdin`, at every import alike) in a temporary folder of the data directory,
+/// deleted with the returned guard.
+fn stdin_to_file(dir: &std::path::Path) -> Result<(tempfile::TempDir, PathBuf)> {
+    let folder = tempfile::Builder::new()
+        .prefix(".import-stdin-")
+        .tempdir_in(dir)
+        .with_context(|| format!("cannot create a temporary folder in {}", dir.display()))?;
+    let path = folder.path().join("stdin");
+    let mut file = std::fs::File::create(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    std::io::copy(&mut std::io::stdin().lock(), &mut file).context("reading standard input")?;
+    Ok((folder, path))
+}
+
+/// The files to import: each path as given (`-` for standard input), a folder replaced by the `*.jsonl` and `*.json`
 /// files under it (recursively, in path order, hidden entries skipped). A folder without any is
 /// an error naming it.
 fn transcript_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
