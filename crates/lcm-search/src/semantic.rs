@@ -265,18 +265,7 @@ impl Semantic {
                 texts.push(&s.content[chunk]);
             }
         }
-        let vectors = loaded
-            .embedder
-            .embed(&texts)
-            .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
-        let mut index = loaded
-            .summaries
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        for (entry, vector) in entries.into_iter().zip(vectors) {
-            index.push(entry, vector)?;
-        }
-        index.commit(to)
+        embed_into(&loaded.embedder, &loaded.summaries, &texts, entries, to)
     }
 
     /// Embeds and commits the messages `from..to`.
@@ -317,18 +306,7 @@ impl Semantic {
             return Err(e);
         }
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let vectors = loaded
-            .embedder
-            .embed(&refs)
-            .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
-        let mut index = loaded
-            .vectors
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        for (entry, vector) in entries.into_iter().zip(vectors) {
-            index.push(entry, vector)?;
-        }
-        index.commit(to)
+        embed_into(&loaded.embedder, &loaded.vectors, &refs, entries, to)
     }
 
     /// Drops every vector and embeds the store again.
@@ -569,4 +547,22 @@ impl Semantic {
         }
         Ok(report)
     }
+}
+
+/// Embeds `texts` (one per entry), adds them to `index` and commits it up to `watermark`.
+fn embed_into(
+    embedder: &Embedder,
+    index: &RwLock<VectorIndex>,
+    texts: &[&str],
+    entries: Vec<VectorEntry>,
+    watermark: u64,
+) -> Result<()> {
+    let vectors = embedder
+        .embed(texts)
+        .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
+    let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
+    for (entry, vector) in entries.into_iter().zip(vectors) {
+        index.push(entry, vector)?;
+    }
+    index.commit(watermark)
 }
