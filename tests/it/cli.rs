@@ -525,13 +525,9 @@ fn map_run_status_cancel_and_resume() {
             json!({"type": "object"}),
         );
         request.output_path = Some(root.join("second.out.jsonl"));
-        let job = lcm::engine::operators::create_map_job(
-            std::sync::Arc::new(opened.store),
-            &map,
-            &request,
-        )
-        .await
-        .unwrap();
+        let job = lcm::engine::operators::create_map_job(opened.store, &map, &request)
+            .await
+            .unwrap();
         assert_eq!(job.id.to_string(), "job_1");
     });
     let cancelled = json(&lcm(

@@ -9,6 +9,8 @@ mod bad_input;
 mod cli;
 mod compaction_crash;
 mod config;
+#[cfg(unix)]
+mod daemon_cli;
 mod delegation;
 mod durability;
 mod embed_server;

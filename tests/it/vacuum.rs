@@ -45,7 +45,10 @@ fn vacuum_shrinks_the_file_and_changes_nothing_stored() {
             .len()
     };
     let size_before = file_size();
-    let (before, after) = data.store.vacuum().unwrap();
+    let (before, after) = std::sync::Arc::get_mut(&mut data.store)
+        .unwrap()
+        .vacuum()
+        .unwrap();
     assert_eq!(before, size_before);
     assert!(after < before, "{before} -> {after} bytes");
     assert_eq!(file_size(), after);
@@ -77,7 +80,10 @@ fn a_read_only_store_refuses_vacuum_and_keeps_every_byte() {
     let bytes = std::fs::read(&file).unwrap();
     {
         let mut data = DataDir::open_read_only(tmp.path(), &Config::default()).unwrap();
-        let err = data.store.vacuum().unwrap_err();
+        let err = std::sync::Arc::get_mut(&mut data.store)
+            .unwrap()
+            .vacuum()
+            .unwrap_err();
         assert!(matches!(err, StoreError::ReadOnly), "{err}");
     }
     assert_eq!(std::fs::read(&file).unwrap(), bytes);

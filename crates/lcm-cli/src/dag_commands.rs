@@ -9,6 +9,7 @@ use lcm_search::DataDir;
 
 use crate::App;
 use crate::commands::resolve_session;
+use crate::output::outln;
 use crate::output::{count_bar, print_json, thousands};
 
 /// Token budget used when none is given (a 32k-token window).
@@ -75,7 +76,7 @@ fn run_compaction(
     let budget = effective_budget(budget, app.config.tokenizer.safety_margin);
     let before = assemble(&data.store, session)?.tokens;
     let goal = app.config.compaction.thresholds(budget).soft;
-    let bar = count_bar(app.quiet, "compacting", before.saturating_sub(goal));
+    let bar = count_bar(app, "compacting", before.saturating_sub(goal));
     let report = runtime()?.block_on(compact(
         &data.store,
         session,
@@ -97,9 +98,10 @@ pub fn compact_cmd(app: &App, args: &CompactArgs) -> Result<()> {
     let session = resolve_session(&data, &args.session)?;
     let report = run_compaction(app, &data, session, args.budget)?;
     if app.json {
-        return print_json(&report);
+        return print_json(app, &report);
     }
-    println!(
+    outln!(
+        app,
         "{session}: {} -> {} tokens (budget {}, goal {:.0}%): {} summaries written, {} provider calls{}",
         thousands(report.tokens_before),
         thousands(report.tokens_after),
@@ -112,9 +114,10 @@ pub fn compact_cmd(app: &App, args: &CompactArgs) -> Result<()> {
         } else {
             " (goal not reached: the fresh tail alone is too large)"
         }
-    );
+    )?;
     for p in &report.passes {
-        println!(
+        outln!(
+            app,
             "  {} {} depth {} over {} sources: {} -> {} tokens (level {})",
             p.summary,
             p.kind.as_str(),
@@ -123,7 +126,7 @@ pub fn compact_cmd(app: &App, args: &CompactArgs) -> Result<()> {
             p.input_tokens,
             p.output_tokens,
             p.level
-        );
+        )?;
     }
     Ok(())
 }
@@ -142,14 +145,17 @@ pub fn context_cmd(app: &App, args: &ContextArgs) -> Result<()> {
         Shape::Openai => serde_json::json!({ "messages": ctx.to_openai(None) }),
         Shape::Anthropic => ctx.to_anthropic(None),
     };
-    print_json(&serde_json::json!({
-        "session": session,
-        "budget": args.budget,
-        "tokens": ctx.tokens,
-        "summaries": ctx.state.summaries,
-        "raw_from_seq": ctx.state.raw_from,
-        "body": body,
-    }))
+    print_json(
+        app,
+        &serde_json::json!({
+            "session": session,
+            "budget": args.budget,
+            "tokens": ctx.tokens,
+            "summaries": ctx.state.summaries,
+            "raw_from_seq": ctx.state.raw_from,
+            "body": body,
+        }),
+    )
 }
 
 pub fn dag_cmd(app: &App, args: &SessionArg) -> Result<()> {
@@ -158,26 +164,35 @@ pub fn dag_cmd(app: &App, args: &SessionArg) -> Result<()> {
     let ctx = assemble(&data.store, session)?;
     if app.json {
         let summaries = data.store.session_summaries(session)?;
-        return print_json(&serde_json::json!({ "context": ctx.state, "summaries": summaries }));
+        return print_json(
+            app,
+            &serde_json::json!({ "context": ctx.state, "summaries": summaries }),
+        );
     }
     let info = data.store.session(session)?;
-    println!(
+    outln!(
+        app,
         "{session} `{}`: {} messages, {} tokens stored, {} tokens in context",
         info.key,
         thousands(info.message_count),
         thousands(info.token_total),
         thousands(ctx.tokens)
-    );
+    )?;
     for id in &ctx.state.summaries {
-        print_tree(&data, &data.store.summary(*id)?, 1)?;
+        print_tree(app, &data, &data.store.summary(*id)?, 1)?;
     }
     let tail = info.message_count.saturating_sub(ctx.state.raw_from);
-    println!("  raw tail: #{}.. ({tail} messages)", ctx.state.raw_from);
+    outln!(
+        app,
+        "  raw tail: #{}.. ({tail} messages)",
+        ctx.state.raw_from
+    )?;
     Ok(())
 }
 
-fn print_tree(data: &DataDir, s: &Summary, indent: usize) -> Result<()> {
-    println!(
+fn print_tree(app: &App, data: &DataDir, s: &Summary, indent: usize) -> Result<()> {
+    outln!(
+        app,
         "{}{} {} depth {} {} tokens, covers #{}..#{} ({} messages, {} tokens){}",
         "  ".repeat(indent),
         s.id,
@@ -193,10 +208,10 @@ fn print_tree(data: &DataDir, s: &Summary, indent: usize) -> Result<()> {
         } else {
             format!(" [level {}]", s.level)
         }
-    );
+    )?;
     for source in &s.sources {
         if let NodeRef::Summary(child) = source {
-            print_tree(data, &data.store.summary(*child)?, indent + 1)?;
+            print_tree(app, data, &data.store.summary(*child)?, indent + 1)?;
         }
     }
     Ok(())
@@ -211,11 +226,15 @@ pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
             let parent = data.store.covering(NodeRef::Summary(id))?;
             let ratio = s.descendant_tokens as f64 / f64::from(s.token_count.max(1));
             if app.json {
-                return print_json(&serde_json::json!({
-                    "summary": s, "covered_by": parent, "compression_ratio": ratio,
-                }));
+                return print_json(
+                    app,
+                    &serde_json::json!({
+                        "summary": s, "covered_by": parent, "compression_ratio": ratio,
+                    }),
+                );
             }
-            println!(
+            outln!(
+                app,
                 "{} {} depth {}, {} tokens, {} .. {}",
                 s.id,
                 s.kind.as_str(),
@@ -223,8 +242,9 @@ pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
                 s.token_count,
                 s.earliest_at,
                 s.latest_at
-            );
-            println!(
+            )?;
+            outln!(
+                app,
                 "  covers #{}..#{}: {} messages, {} tokens (compression {ratio:.1}x); level {}, model {}",
                 s.first_seq,
                 s.last_seq,
@@ -232,27 +252,32 @@ pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
                 thousands(s.descendant_tokens),
                 s.level,
                 s.model
-            );
-            println!(
+            )?;
+            outln!(
+                app,
                 "  covered by: {}",
                 parent.map_or_else(|| "nothing (top level)".to_owned(), |p| p.to_string())
-            );
+            )?;
             let sources: Vec<String> = s.sources.iter().map(NodeRef::to_string).collect();
-            println!("  sources: {}", sources.join(", "));
+            outln!(app, "  sources: {}", sources.join(", "))?;
             if !s.file_ids.is_empty() {
                 let files: Vec<String> = s.file_ids.iter().map(ToString::to_string).collect();
-                println!("  files under it: {}", files.join(", "));
+                outln!(app, "  files under it: {}", files.join(", "))?;
             }
-            println!("\n{}", s.content);
+            outln!(app, "\n{}", s.content)?;
             Ok(())
         }
         AnyId::Message(id) => {
             let m = data.store.message(id)?;
             let covering = data.store.covering(NodeRef::Message(id))?;
             if app.json {
-                return print_json(&serde_json::json!({ "message": m, "covered_by": covering }));
+                return print_json(
+                    app,
+                    &serde_json::json!({ "message": m, "covered_by": covering }),
+                );
             }
-            println!(
+            outln!(
+                app,
                 "{} in {} #{}: {} at {}, {} tokens, covered by {}",
                 m.id,
                 m.session,
@@ -261,8 +286,8 @@ pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
                 m.created_at,
                 m.token_count,
                 covering.map_or_else(|| "nothing (raw in context)".to_owned(), |c| c.to_string())
-            );
-            println!("{}", m.search_text());
+            )?;
+            outln!(app, "{}", m.search_text())?;
             Ok(())
         }
         AnyId::File(id) => {
@@ -271,11 +296,15 @@ pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
             let messages = reader.file_messages(id)?;
             let disk = lcm_engine::tools::disk_state(&info, seen.as_deref());
             if app.json {
-                return print_json(&serde_json::json!({
-                    "file": info, "referenced_by": messages, "on_disk": format!("{disk:?}"),
-                }));
+                return print_json(
+                    app,
+                    &serde_json::json!({
+                        "file": info, "referenced_by": messages, "on_disk": format!("{disk:?}"),
+                    }),
+                );
             }
-            println!(
+            outln!(
+                app,
                 "{} {} ({}{}), {} bytes, {} tokens, first seen in {} at {}",
                 info.id,
                 info.path
@@ -291,11 +320,11 @@ pub fn describe_cmd(app: &App, args: &DescribeArgs) -> Result<()> {
                 info.content_message
                     .map_or_else(|| "no message".to_owned(), |m| m.to_string()),
                 info.created_at
-            );
+            )?;
             let listed: Vec<String> = messages.iter().map(ToString::to_string).collect();
-            println!("  referenced by: {}", listed.join(", "));
-            println!("  sha256 {}; on disk: {disk:?}", info.content_hash);
-            println!("\n{}", info.exploration);
+            outln!(app, "  referenced by: {}", listed.join(", "))?;
+            outln!(app, "  sha256 {}; on disk: {disk:?}", info.content_hash)?;
+            outln!(app, "\n{}", info.exploration)?;
             Ok(())
         }
         other => {

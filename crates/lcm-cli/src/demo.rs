@@ -18,6 +18,7 @@ use lcm_store::import::{ImportOptions, import_file};
 
 use crate::App;
 use crate::commands::catch_up_index;
+use crate::output::outln;
 use crate::output::print_json;
 
 /// The example transcript (a synthetic Claude Code session written for lcm).
@@ -58,12 +59,7 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("lcm-demo-{}", std::process::id())),
     };
-    let app = App {
-        data_dir: dir.clone(),
-        config: app.config.clone(),
-        json: app.json,
-        quiet: app.quiet,
-    };
+    let app = app.on_data_dir(dir.clone());
     let data = app.open()?;
     let example = dir.join(EXAMPLE_NAME);
     std::fs::write(&example, EXAMPLE)
@@ -123,49 +119,63 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
     );
 
     if app.json {
-        print_json(&serde_json::json!({
-            "data_dir": dir,
-            "first_import": first,
-            "second_import": second,
-            "regex": { "pattern": args.regex, "page": regex_page },
-            "full_text": { "query": args.words, "page": words_page },
-            "compaction": report,
-            "context": { "tokens": context.tokens, "state": context.state, "reachable_messages": reachable },
-        }))?;
+        print_json(
+            &app,
+            &serde_json::json!({
+                "data_dir": dir,
+                "first_import": first,
+                "second_import": second,
+                "regex": { "pattern": args.regex, "page": regex_page },
+                "full_text": { "query": args.words, "page": words_page },
+                "compaction": report,
+                "context": { "tokens": context.tokens, "state": context.state, "reachable_messages": reachable },
+            }),
+        )?;
     } else {
-        println!("data directory: {}", dir.display());
-        println!(
+        outln!(app, "data directory: {}", dir.display())?;
+        outln!(
+            app,
             "imported {}: {} messages in {} session(s); {} entries skipped (not messages)",
             EXAMPLE_NAME,
             first.imported,
             first.sessions.len(),
             first.skipped.values().sum::<u64>()
-        );
-        println!(
+        )?;
+        outln!(
+            app,
             "imported it again: {} new, {} already present (import is idempotent)",
-            second.imported, second.already_present
-        );
-        println!("\nlcm grep '{}'  ({:?})", args.regex, regex_page.strategy);
+            second.imported,
+            second.already_present
+        )?;
+        outln!(
+            app,
+            "\nlcm grep '{}'  ({:?})",
+            args.regex,
+            regex_page.strategy
+        )?;
         for hit in &regex_page.hits {
-            println!(
+            outln!(
+                app,
                 "  {} {} {:<9} {}",
                 hit.message,
                 hit.created_at,
                 hit.role.as_str(),
                 hit.snippet
-            );
+            )?;
         }
-        println!("\nlcm grep --mode full-text '{}'", args.words);
+        outln!(app, "\nlcm grep --mode full-text '{}'", args.words)?;
         for hit in &words_page.hits {
-            println!(
+            outln!(
+                app,
                 "  {} score {:.2} {:<9} {}",
                 hit.message,
                 hit.score.unwrap_or(0.0),
                 hit.role.as_str(),
                 hit.snippet
-            );
+            )?;
         }
-        println!(
+        outln!(
+            app,
             "\nlcm compact {session} --budget {}: {} -> {} tokens, {} summaries, {} provider calls ({})",
             args.budget,
             report.tokens_before,
@@ -173,39 +183,44 @@ pub fn run(app: &App, args: &DemoArgs) -> Result<()> {
             report.passes.len(),
             report.provider_calls,
             summarizer.model()
-        );
-        println!("lcm dag {session}:");
+        )?;
+        outln!(app, "lcm dag {session}:")?;
         for id in &context.state.summaries {
-            print_tree(&data, *id, 1)?;
+            print_tree(&app, &data, *id, 1)?;
         }
-        println!(
+        outln!(
+            app,
             "  raw tail: {} messages",
             data.store.session(session)?.message_count - context.state.raw_from
-        );
-        println!(
+        )?;
+        outln!(
+            app,
             "lcm context {session}: {} items, {} tokens; all {reachable} messages reachable through the DAG",
             context.items.len(),
             context.tokens
-        );
-        println!(
+        )?;
+        outln!(
+            app,
             "\nTry: lcm --data-dir {} show {}",
             dir.display(),
             regex_page
                 .hits
                 .first()
                 .map_or_else(|| "msg_0".to_owned(), |h| h.message.to_string())
-        );
+        )?;
     }
     Ok(())
 }
 
 fn print_tree(
+    app: &App,
     data: &lcm_search::DataDir,
     id: lcm_core::ids::SummaryId,
     indent: usize,
 ) -> Result<()> {
     let s = data.store.summary(id)?;
-    println!(
+    outln!(
+        app,
         "{}{} {} depth {}: {} tokens for {} messages",
         "  ".repeat(indent),
         s.id,
@@ -213,10 +228,10 @@ fn print_tree(
         s.depth,
         s.token_count,
         s.descendant_messages
-    );
+    )?;
     for source in &s.sources {
         if let NodeRef::Summary(child) = source {
-            print_tree(data, *child, indent + 1)?;
+            print_tree(app, data, *child, indent + 1)?;
         }
     }
     Ok(())

@@ -12,6 +12,7 @@ use lcm_search::semantic::VectorCheck;
 use lcm_store::integrity::{IntegrityReport, RepairReport, check, repair};
 
 use crate::App;
+use crate::output::outln;
 use crate::output::{print_json, spinner, thousands};
 
 /// Arguments of `lcm doctor`.
@@ -29,8 +30,8 @@ pub fn doctor(app: &App, args: &DoctorArgs) -> Result<()> {
     let report = checked(app, &data, "checking")?;
     let mut repaired: Option<(RepairReport, IntegrityReport)> = None;
     if args.repair && report.repairable() > 0 {
-        let spinner = spinner(app.quiet, "repairing");
-        let done = repair(&data.store, Some(&data.index), &report);
+        let spinner = spinner(app, "repairing");
+        let done = repair(&data.store, Some(data.index.as_ref()), &report);
         spinner.finish_and_clear();
         let done = done?;
         let after = checked(app, &data, "checking again")?;
@@ -40,23 +41,26 @@ pub fn doctor(app: &App, args: &DoctorArgs) -> Result<()> {
     let vectors = vectors_checked(app, &data, args.repair)?;
 
     if app.json {
-        print_json(&serde_json::json!({
-            "check": report,
-            "repair": repaired.as_ref().map(|(r, _)| r),
-            "after": repaired.as_ref().map(|(_, a)| a),
-            "vectors": vectors,
-        }))?;
+        print_json(
+            app,
+            &serde_json::json!({
+                "check": report,
+                "repair": repaired.as_ref().map(|(r, _)| r),
+                "after": repaired.as_ref().map(|(_, a)| a),
+                "vectors": vectors,
+            }),
+        )?;
     } else {
-        print_report(&report);
+        print_report(app, &report)?;
         if let Some((done, after)) = &repaired {
-            print_repairs(done);
-            println!();
-            println!("after repair:");
-            print_violations(after);
+            print_repairs(app, done)?;
+            outln!(app)?;
+            outln!(app, "after repair:")?;
+            print_violations(app, after)?;
         }
-        print_summary(remaining, args.repair);
+        print_summary(app, remaining, args.repair)?;
         if let Some(vectors) = &vectors {
-            print_vectors(vectors, args.repair);
+            print_vectors(app, vectors, args.repair)?;
         }
     }
     if let Some(VectorsChecked { after, .. }) = &vectors
@@ -85,15 +89,16 @@ pub fn doctor(app: &App, args: &DoctorArgs) -> Result<()> {
 }
 
 fn checked(app: &App, data: &DataDir, what: &str) -> Result<IntegrityReport> {
-    let spinner = spinner(app.quiet, what);
-    let report = check(&data.store, Some(&data.index));
+    let spinner = spinner(app, what);
+    let report = check(&data.store, Some(data.index.as_ref()));
     spinner.finish_and_clear();
     Ok(report?)
 }
 
-fn print_report(report: &IntegrityReport) {
+fn print_report(app: &App, report: &IntegrityReport) -> Result<()> {
     let c = &report.checked;
-    println!(
+    outln!(
+        app,
         "checked {} sessions, {} messages ({} originals), {} summaries ({} source edges, {} covered-by edges), {} contexts{} in {} ms",
         thousands(c.sessions),
         thousands(c.messages),
@@ -106,17 +111,17 @@ fn print_report(report: &IntegrityReport) {
             .map(|d| format!(", {} index documents", thousands(d)))
             .unwrap_or_default(),
         thousands(report.elapsed_ms),
-    );
-    print_violations(report);
+    )?;
+    print_violations(app, report)
 }
 
-fn print_violations(report: &IntegrityReport) {
+fn print_violations(app: &App, report: &IntegrityReport) -> Result<()> {
     for skipped in &report.skipped {
-        println!("skipped: {skipped}");
+        outln!(app, "skipped: {skipped}")?;
     }
     if report.violations.is_empty() {
-        println!("no violations");
-        return;
+        outln!(app, "no violations")?;
+        return Ok(());
     }
     let kind_width = report
         .violations
@@ -132,62 +137,71 @@ fn print_violations(report: &IntegrityReport) {
         .max()
         .unwrap_or(0)
         .max(7);
-    println!(
+    outln!(
+        app,
         "{:<kind_width$}  {:<subject_width$}  REPAIR",
-        "KIND", "SUBJECT"
-    );
+        "KIND",
+        "SUBJECT"
+    )?;
     for v in &report.violations {
         let repair = v
             .repair
             .as_ref()
             .map_or_else(|| "none (see below)".to_owned(), ToString::to_string);
-        println!(
+        outln!(
+            app,
             "{:<kind_width$}  {:<subject_width$}  {repair}",
             v.kind.as_str(),
             v.subject
-        );
-        println!("    {}", v.detail);
+        )?;
+        outln!(app, "    {}", v.detail)?;
     }
     if report.omitted > 0 {
-        println!(
+        outln!(
+            app,
             "… and {} more violations not listed (repair these and run again)",
             thousands(report.omitted)
-        );
+        )?;
     }
+    Ok(())
 }
 
-fn print_repairs(done: &RepairReport) {
-    println!();
+fn print_repairs(app: &App, done: &RepairReport) -> Result<()> {
+    outln!(app)?;
     if done.applied.is_empty() {
-        println!("no repair applied");
+        outln!(app, "no repair applied")?;
     }
     for r in &done.applied {
-        println!("repaired  {}: {}", r.repair, r.detail);
+        outln!(app, "repaired  {}: {}", r.repair, r.detail)?;
     }
     for r in &done.skipped {
-        println!("skipped   {}: {}", r.repair, r.detail);
+        outln!(app, "skipped   {}: {}", r.repair, r.detail)?;
     }
+    Ok(())
 }
 
-fn print_summary(remaining: &IntegrityReport, repaired: bool) {
+fn print_summary(app: &App, remaining: &IntegrityReport, repaired: bool) -> Result<()> {
     if remaining.is_clean() {
-        return;
+        return Ok(());
     }
     let repairable = remaining.repairable();
     let manual = remaining.violations.len() - repairable;
-    println!();
+    outln!(app)?;
     if repairable > 0 && !repaired {
-        println!(
+        outln!(
+            app,
             "{} with a safe repair: run `lcm doctor --repair`",
             thousands(repairable as u64)
-        );
+        )?;
     }
     if manual > 0 {
-        println!(
+        outln!(
+            app,
             "{} without a safe repair: see each detail for what to do",
             thousands(manual as u64)
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// The vector index's check, and after a rebuild (`--repair`) the check again.
@@ -205,7 +219,7 @@ fn vectors_checked(app: &App, data: &DataDir, repair: bool) -> Result<Option<Vec
     let Some(semantic) = data.index.semantic() else {
         return Ok(None);
     };
-    let progress = spinner(app.quiet, "checking the vector index");
+    let progress = spinner(app, "checking the vector index");
     let check = semantic.check(&data.store);
     progress.finish_and_clear();
     let check = check?;
@@ -216,7 +230,7 @@ fn vectors_checked(app: &App, data: &DataDir, repair: bool) -> Result<Option<Vec
             rebuilt: None,
         }));
     }
-    let progress = spinner(app.quiet, "rebuilding the vector index");
+    let progress = spinner(app, "rebuilding the vector index");
     let rebuilt = semantic.rebuild_until(&data.store, |_, _| {}, || false);
     progress.finish_and_clear();
     let rebuilt = rebuilt?;
@@ -228,30 +242,39 @@ fn vectors_checked(app: &App, data: &DataDir, repair: bool) -> Result<Option<Vec
     }))
 }
 
-fn print_vectors(vectors: &VectorsChecked, repaired: bool) {
+fn print_vectors(app: &App, vectors: &VectorsChecked, repaired: bool) -> Result<()> {
     let c = &vectors.check;
-    println!();
-    println!(
+    outln!(app)?;
+    outln!(
+        app,
         "vector index ({}): {} chunks of messages below {}, {} chunks of summaries below {}",
         c.model_id,
         thousands(c.message_chunks),
         thousands(c.message_watermark),
         thousands(c.summary_chunks),
         thousands(c.summary_watermark),
-    );
+    )?;
     for problem in &c.problems {
-        println!("    {problem}");
+        outln!(app, "    {problem}")?;
     }
     match vectors.rebuilt {
         Some(n) => {
-            println!("rebuilt: {} messages and summaries embedded", thousands(n));
+            outln!(
+                app,
+                "rebuilt: {} messages and summaries embedded",
+                thousands(n)
+            )?;
             for problem in &vectors.after.problems {
-                println!("    still: {problem}");
+                outln!(app, "    still: {problem}")?;
             }
         }
         None if !c.is_clean() && !repaired => {
-            println!("the vector index is derived: run `lcm doctor --repair` to rebuild it");
+            outln!(
+                app,
+                "the vector index is derived: run `lcm doctor --repair` to rebuild it"
+            )?;
         }
         None => {}
     }
+    Ok(())
 }

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use lcm_eval::{locomo, recall};
 use lcm_search::{DataDir, GrepMode};
 
+use crate::output::out;
 use crate::output::{count_bar, print_json, spinner};
 use crate::{App, Mode};
 
@@ -73,8 +74,8 @@ fn recall_cmd(app: &App, args: &RecallArgs) -> Result<()> {
     };
     let data = DataDir::open(&dir, &app.config)
         .with_context(|| format!("cannot open the data directory {}", dir.display()))?;
-    let importing = spinner(app.quiet, "importing");
-    let embedding = count_bar(app.quiet, "embedding", 0);
+    let importing = spinner(app, "importing");
+    let embedding = count_bar(app, "embedding", 0);
     let imported = recall::import(&data, &conversations, |done, total| {
         importing.finish_and_clear();
         embedding.set_length(total);
@@ -84,7 +85,7 @@ fn recall_cmd(app: &App, args: &RecallArgs) -> Result<()> {
     embedding.finish_and_clear();
     let imported = imported?;
     let questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
-    let bar = count_bar(app.quiet, "searching", (questions * modes.len()) as u64);
+    let bar = count_bar(app, "searching", (questions * modes.len()) as u64);
     let report = recall::evaluate(
         &data,
         &app.config.search,
@@ -96,9 +97,9 @@ fn recall_cmd(app: &App, args: &RecallArgs) -> Result<()> {
     bar.finish_and_clear();
     let report = report?;
     if app.json {
-        print_json(&report)
+        print_json(app, &report)
     } else {
-        print!("{}", report.to_table());
+        out!(app, "{}", report.to_table())?;
         Ok(())
     }
 }

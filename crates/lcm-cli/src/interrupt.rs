@@ -44,6 +44,12 @@ impl Interrupt {
         Ok(Interrupt { requested })
     }
 
+    /// An interrupt raised by whoever holds `flag` (the daemon, for a command it runs for a
+    /// CLI: the CLI's Ctrl-C, the CLI going away, or the daemon stopping).
+    pub fn from_flag(flag: Arc<AtomicBool>) -> Interrupt {
+        Interrupt { requested: flag }
+    }
+
     /// Whether a signal asked the command to stop.
     pub fn requested(&self) -> bool {
         self.requested.load(Ordering::Relaxed)

@@ -5,10 +5,13 @@
 //! for scripts. Errors go to stderr with a non-zero exit code.
 
 mod commands;
+mod control;
 mod dag_commands;
 mod demo;
 mod doctor;
 mod eval_commands;
+mod follow;
+mod import_commands;
 mod interrupt;
 mod map_commands;
 mod mcp;
@@ -16,10 +19,11 @@ mod output;
 mod serve;
 mod tool_commands;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use lcm_core::config::Config;
 
@@ -64,7 +68,7 @@ Shell:        completions (bash, zsh, fish), demo (a first look on an example tr
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Import transcripts (Claude Code JSONL, OpenAI messages JSON/JSONL, lcm JSONL).
-    Import(commands::ImportArgs),
+    Import(import_commands::ImportArgs),
     /// Search every stored message: regex (exact, complete), full text (ranked), or by
     /// meaning (semantic, hybrid; with an embedding model).
     Grep(commands::GrepArgs),
@@ -139,13 +143,16 @@ impl Mode {
 /// Runs the CLI with the process arguments; the process exit code.
 pub fn run() -> ExitCode {
     restore_sigpipe();
-    let cli = Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = Cli::parse_from(&args);
     init_tracing();
-    match execute(cli) {
+    match execute(cli, &args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", report(&error));
-            if error.is::<interrupt::Interrupted>() {
+            if let Some(remote) = error.downcast_ref::<control::RemoteError>() {
+                ExitCode::from(remote.code)
+            } else if error.is::<interrupt::Interrupted>() {
                 ExitCode::from(interrupt::INTERRUPTED_EXIT_CODE)
             } else {
                 ExitCode::FAILURE
@@ -156,7 +163,7 @@ pub fn run() -> ExitCode {
 
 /// The error and its causes, joined by `: `, each said once: a cause whose text the message
 /// before it already contains (errors that embed their source, as the store's do) is skipped.
-fn report(error: &anyhow::Error) -> String {
+pub(crate) fn report(error: &anyhow::Error) -> String {
     let mut out = String::new();
     let mut previous = String::new();
     for cause in error.chain() {
@@ -183,6 +190,17 @@ fn restore_sigpipe() {
     }
 }
 
+/// For a daemon: a client that goes away mid-answer makes the write fail (EPIPE) instead of
+/// killing the process (`lcm` restores SIGPIPE's default for pipelines such as
+/// `lcm grep | head`), so the daemon goes on and shuts down cleanly.
+pub(crate) fn ignore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: changing SIGPIPE's disposition before the async runtime's threads start.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LCM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -192,33 +210,130 @@ fn init_tracing() {
         .try_init();
 }
 
-/// Runs one parsed command.
-pub fn execute(cli: Cli) -> Result<()> {
+/// Where a command can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// Needs no data directory, or one of its own (completions, tools, demo, eval).
+    Elsewhere(&'static str),
+    /// On the data directory: here, or inside the daemon that holds it.
+    HereOrDaemon,
+    /// Only with the store to itself: a daemon holding it must stop first.
+    StoreAlone(&'static str),
+}
+
+/// Where `command` can run.
+pub(crate) fn placement(command: &Command) -> Placement {
+    use Placement::{Elsewhere, HereOrDaemon, StoreAlone};
+    match command {
+        Command::Completions(_) => Elsewhere("lcm completions"),
+        Command::Tools(_) => Elsewhere("lcm tools"),
+        Command::Demo(_) => Elsewhere("lcm demo"),
+        Command::Eval(_) => Elsewhere("lcm eval"),
+        Command::Import(_)
+        | Command::Grep(_)
+        | Command::Show(_)
+        | Command::Sessions
+        | Command::Stats
+        | Command::Compact(_)
+        | Command::Context(_)
+        | Command::Dag(_)
+        | Command::Describe(_)
+        | Command::Tool(_) => HereOrDaemon,
+        Command::Doctor(args) if !args.repair => HereOrDaemon,
+        Command::Doctor(_) => StoreAlone("lcm doctor --repair"),
+        Command::Map(args) => match args.command {
+            map_commands::MapCommand::Status(_) => HereOrDaemon,
+            map_commands::MapCommand::Run(_) => StoreAlone("lcm map run"),
+            map_commands::MapCommand::Cancel(_) => StoreAlone("lcm map cancel"),
+            map_commands::MapCommand::Resume(_) => StoreAlone("lcm map resume"),
+        },
+        Command::Reindex => StoreAlone("lcm reindex"),
+        Command::Vacuum => StoreAlone("lcm vacuum"),
+        Command::Serve(_) => StoreAlone("lcm serve"),
+        Command::Mcp(_) => StoreAlone("lcm mcp"),
+    }
+}
+
+/// Runs one parsed command; `args` are the process arguments it was parsed from (sent to a
+/// daemon that holds the data directory, which then runs the command).
+pub fn execute(cli: Cli, args: &[OsString]) -> Result<()> {
     // Needs neither a data directory nor a configuration.
     if let Command::Completions(args) = &cli.command {
         return completions(args);
     }
-    let ctx = App::new(&cli)?;
-    match &cli.command {
-        Command::Import(args) => commands::import(&ctx, args),
-        Command::Grep(args) => commands::grep(&ctx, args),
-        Command::Show(args) => commands::show(&ctx, args),
-        Command::Sessions => commands::sessions(&ctx),
-        Command::Stats => commands::stats(&ctx),
-        Command::Reindex => commands::reindex(&ctx),
-        Command::Vacuum => commands::vacuum(&ctx),
-        Command::Compact(args) => dag_commands::compact_cmd(&ctx, args),
-        Command::Context(args) => dag_commands::context_cmd(&ctx, args),
-        Command::Dag(args) => dag_commands::dag_cmd(&ctx, args),
-        Command::Describe(args) => dag_commands::describe_cmd(&ctx, args),
-        Command::Demo(args) => demo::run(&ctx, args),
-        Command::Doctor(args) => doctor::doctor(&ctx, args),
-        Command::Tool(args) => tool_commands::tool_cmd(&ctx, args),
-        Command::Tools(args) => tool_commands::tools_cmd(args),
-        Command::Serve(args) => serve::serve(&ctx, args),
-        Command::Map(args) => map_commands::map_cmd(&ctx, args),
-        Command::Mcp(args) => mcp::mcp(&ctx, args),
-        Command::Eval(args) => eval_commands::eval_cmd(&ctx, args),
+    let app = App::new(&cli)?;
+    let placement = placement(&cli.command);
+    if !matches!(placement, Placement::Elsewhere(_))
+        && let Some(daemon) = control::find(&app.data_dir)?
+    {
+        if let Placement::StoreAlone(what) = placement {
+            bail!(
+                "{what} needs the store to itself, and {} (pid {}) holds {}: stop the daemon \
+                 first (SIGTERM or Ctrl-C stops it cleanly)",
+                daemon.advert.program,
+                daemon.advert.pid,
+                app.data_dir.display()
+            );
+        }
+        return through_daemon(&app, &cli, daemon, args);
+    }
+    dispatch(&app, &cli.command)
+}
+
+/// Runs the command in the daemon of `daemon` (see [`control`]).
+fn through_daemon(
+    app: &App,
+    cli: &Cli,
+    daemon: control::Connected,
+    args: &[OsString],
+) -> Result<()> {
+    let args = args
+        .iter()
+        .skip(1)
+        .map(|a| {
+            a.to_str().map(str::to_owned).with_context(|| {
+                format!("the argument {a:?} is not UTF-8, which a daemon cannot be sent")
+            })
+        })
+        .collect::<Result<Vec<String>>>()?;
+    // `lcm import -`: the daemon reads standard input from a file this process fills.
+    let stdin_copy = match &cli.command {
+        Command::Import(import) if import.paths.iter().any(|p| p.as_os_str() == "-") => Some(
+            import_commands::stdin_to_file(&app.cwd.join(&app.data_dir))?,
+        ),
+        _ => None,
+    };
+    control::run_remote(
+        daemon,
+        &app.data_dir,
+        args,
+        stdin_copy.as_ref().map(|(_, p)| p.clone()),
+    )
+}
+
+/// Runs `command` with `app` (here, or inside a daemon for a CLI).
+pub(crate) fn dispatch(app: &App, command: &Command) -> Result<()> {
+    let ctx = app;
+    match command {
+        Command::Import(args) => import_commands::import(ctx, args),
+        Command::Grep(args) => commands::grep(ctx, args),
+        Command::Show(args) => commands::show(ctx, args),
+        Command::Sessions => commands::sessions(ctx),
+        Command::Stats => commands::stats(ctx),
+        Command::Reindex => commands::reindex(ctx),
+        Command::Vacuum => commands::vacuum(ctx),
+        Command::Compact(args) => dag_commands::compact_cmd(ctx, args),
+        Command::Context(args) => dag_commands::context_cmd(ctx, args),
+        Command::Dag(args) => dag_commands::dag_cmd(ctx, args),
+        Command::Describe(args) => dag_commands::describe_cmd(ctx, args),
+        Command::Demo(args) => demo::run(ctx, args),
+        Command::Doctor(args) => doctor::doctor(ctx, args),
+        Command::Tool(args) => tool_commands::tool_cmd(ctx, args),
+        Command::Tools(args) => tool_commands::tools_cmd(ctx, args),
+        Command::Serve(args) => serve::serve(ctx, args),
+        Command::Map(args) => map_commands::map_cmd(ctx, args),
+        Command::Mcp(args) => mcp::mcp(ctx, args),
+        Command::Eval(args) => eval_commands::eval_cmd(ctx, args),
         Command::Completions(args) => completions(args),
     }
 }
@@ -235,12 +350,25 @@ fn completions(args: &CompletionsArgs) -> Result<()> {
         .context("writing the completion script")
 }
 
-/// What every command needs: where the data is, the configuration, how to print.
+/// What every command needs: where the data is, the configuration, how to print. A command
+/// run by a daemon for a CLI gets the daemon's open data directory, configuration and a
+/// connection to print to; a command run here opens the directory itself.
 pub(crate) struct App {
     pub data_dir: PathBuf,
     pub config: Config,
     pub json: bool,
     pub quiet: bool,
+    /// Where relative paths given on the command line start (the CLI's, through a daemon).
+    pub cwd: PathBuf,
+    /// Where the command's output goes.
+    pub out: output::Output,
+    /// The data directory already open (inside a daemon).
+    held: Option<lcm_search::DataDir>,
+    /// `lcm import -` through a daemon: the CLI's standard input, copied into this file.
+    pub stdin_file: Option<PathBuf>,
+    /// Inside a daemon: raised when the CLI cancels or goes away. Here: signals (installed when
+    /// a command asks).
+    interrupt: Option<interrupt::Interrupt>,
 }
 
 impl App {
@@ -270,10 +398,70 @@ impl App {
             config,
             json: cli.json,
             quiet: cli.quiet || cli.json,
+            cwd: std::env::current_dir().context("cannot read the working directory")?,
+            out: output::Output::local(),
+            held: None,
+            stdin_file: None,
+            interrupt: None,
         })
     }
 
+    /// An app inside a daemon, over its open data directory: commands run for a CLI
+    /// ([`control`]) and the `[watch]` follower. Quiet until told otherwise.
+    pub(crate) fn in_daemon(
+        data: lcm_search::DataDir,
+        config: Config,
+        out: output::Output,
+        interrupt: interrupt::Interrupt,
+        cwd: PathBuf,
+    ) -> App {
+        App {
+            data_dir: data.path.clone(),
+            config,
+            json: false,
+            quiet: true,
+            cwd,
+            out,
+            held: Some(data),
+            stdin_file: None,
+            interrupt: Some(interrupt),
+        }
+    }
+
+    /// The same settings on another data directory, run here (`lcm demo`).
+    pub fn on_data_dir(&self, data_dir: PathBuf) -> App {
+        App {
+            data_dir,
+            config: self.config.clone(),
+            json: self.json,
+            quiet: self.quiet,
+            cwd: self.cwd.clone(),
+            out: output::Output::local(),
+            held: None,
+            stdin_file: None,
+            interrupt: None,
+        }
+    }
+
+    /// Whether the command runs inside a daemon (on its open data directory).
+    pub fn in_a_daemon(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// What stops a long command early: Ctrl-C or SIGTERM here (caught from now on), the CLI's
+    /// cancel inside a daemon.
+    pub fn interrupt(&self) -> Result<interrupt::Interrupt> {
+        match &self.interrupt {
+            Some(interrupt) => Ok(interrupt.clone()),
+            None => interrupt::Interrupt::install(),
+        }
+    }
+
+    /// Opens the data directory for reading and writing (inside a daemon: the daemon's).
     pub fn open(&self) -> Result<lcm_search::DataDir> {
+        if let Some(held) = &self.held {
+            return Ok(held.clone());
+        }
         lcm_search::DataDir::open(&self.data_dir, &self.config)
             .with_context(|| format!("cannot open the data directory {}", self.data_dir.display()))
     }
@@ -281,6 +469,9 @@ impl App {
     /// Opens the data directory for a command that only reads: nothing is written (no fsync on
     /// open or close); see [`lcm_search::DataDir::open_read_only`].
     pub fn open_read_only(&self) -> Result<lcm_search::DataDir> {
+        if let Some(held) = &self.held {
+            return Ok(held.clone());
+        }
         lcm_search::DataDir::open_read_only(&self.data_dir, &self.config)
             .with_context(|| format!("cannot open the data directory {}", self.data_dir.display()))
     }

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use indicatif::ProgressBar;
 use lcm_core::ids::JobId;
 use lcm_engine::operators::{MapRequest, MapSummary, write_output};
 use lcm_engine::runtime::{Runtime, RuntimeEvent, RuntimeOptions};
@@ -20,7 +19,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::App;
-use crate::output::{count_bar, print_json, thousands};
+use crate::output::{Bar, count_bar, print_json, thousands};
+use crate::output::{out, outln};
 
 /// How long a stopping runtime gives running work to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -156,13 +156,13 @@ fn run(app: &App, args: &RunArgs) -> Result<()> {
         let events = runtime.subscribe();
         let job = runtime.llm_map(request).await?;
         if !app.quiet {
-            eprintln!(
+            app.out.note(&format!(
                 "{}: {} items from {} (output: {})",
                 job.id,
                 thousands(job.progress.total),
                 job.input_path.display(),
                 job.output_path.display()
-            );
+            ))?;
         }
         follow(app, &runtime, &job, events).await
     })
@@ -177,11 +177,11 @@ fn resume(app: &App, args: &JobArg) -> Result<()> {
         let job = runtime.store().job(id)?;
         if !app.quiet && !job.status.is_terminal() {
             let p = job.progress;
-            eprintln!(
+            app.out.note(&format!(
                 "{id}: resumed with {} of {} items left",
                 thousands(p.pending + p.running),
                 thousands(p.total)
-            );
+            ))?;
         }
         follow(app, &runtime, &job, events).await
     })
@@ -196,7 +196,7 @@ async fn follow(
     job: &MapJob,
     events: broadcast::Receiver<RuntimeEvent>,
 ) -> Result<()> {
-    let bar = count_bar(app.quiet, &job.id.to_string(), job.progress.total);
+    let bar = count_bar(app, &job.id.to_string(), job.progress.total);
     bar.set_position(job.progress.done());
     let progress = tokio::spawn(show_progress(events, job.id, bar.clone()));
     let summary = tokio::select! {
@@ -214,11 +214,7 @@ async fn follow(
     print_summary(app, &summary?)
 }
 
-async fn show_progress(
-    mut events: broadcast::Receiver<RuntimeEvent>,
-    job: JobId,
-    bar: ProgressBar,
-) {
+async fn show_progress(mut events: broadcast::Receiver<RuntimeEvent>, job: JobId, bar: Bar) {
     loop {
         match events.recv().await {
             Ok(RuntimeEvent::MapProgress {
@@ -242,9 +238,9 @@ async fn show_progress(
 
 fn print_summary(app: &App, summary: &MapSummary) -> Result<()> {
     if app.json {
-        return print_json(summary);
+        return print_json(app, summary);
     }
-    print!("{summary}");
+    out!(app, "{summary}")?;
     Ok(())
 }
 
@@ -254,14 +250,15 @@ fn status(app: &App, args: &StatusArgs) -> Result<()> {
     let Some(given) = &args.job else {
         let jobs = data.store.jobs()?;
         if app.json {
-            return print_json(&jobs);
+            return print_json(app, &jobs);
         }
         if jobs.is_empty() {
-            println!("no map jobs");
+            outln!(app, "no map jobs")?;
         }
         for job in &jobs {
             let p = job.progress;
-            println!(
+            outln!(
+                app,
                 "{:<8} {:<10} {:>9}/{:<9} {:>7} failed  {}",
                 job.id.to_string(),
                 job.status.as_str(),
@@ -269,59 +266,64 @@ fn status(app: &App, args: &StatusArgs) -> Result<()> {
                 thousands(p.total),
                 thousands(p.failed),
                 job.input_path.display()
-            );
+            )?;
         }
         return Ok(());
     };
     let job = data.store.job(parse_job(given)?)?;
     if app.json {
-        return print_json(&job);
+        return print_json(app, &job);
     }
-    print_job(&job);
+    print_job(app, &job)?;
     Ok(())
 }
 
-fn print_job(job: &MapJob) {
+fn print_job(app: &App, job: &MapJob) -> Result<()> {
     let p = job.progress;
     let percent = if p.total == 0 {
         100.0
     } else {
         p.done() as f64 * 100.0 / p.total as f64
     };
-    println!(
+    outln!(
+        app,
         "{} ({:?} map) {}: {} of {} items done ({percent:.1}%)",
         job.id,
         job.kind,
         job.status,
         thousands(p.done()),
         thousands(p.total)
-    );
-    println!(
+    )?;
+    outln!(
+        app,
         "  completed {}, failed {}, pending {}, running {}",
         thousands(p.completed),
         thousands(p.failed),
         thousands(p.pending),
         thousands(p.running)
-    );
-    println!("  input:  {}", job.input_path.display());
-    println!("  output: {}", job.output_path.display());
+    )?;
+    outln!(app, "  input:  {}", job.input_path.display())?;
+    outln!(app, "  output: {}", job.output_path.display())?;
     let prompt = job.prompt.lines().next().unwrap_or_default();
-    println!("  prompt: {prompt}");
-    println!(
+    outln!(app, "  prompt: {prompt}")?;
+    outln!(
+        app,
         "  created {}{}",
         job.created_at,
         job.finished_at
             .map_or_else(String::new, |t| format!(", finished {t}"))
-    );
+    )?;
     if let Some(error) = &job.error {
-        println!("  error: {error}");
+        outln!(app, "  error: {error}")?;
     }
     if job.status == JobStatus::Running {
-        println!(
+        outln!(
+            app,
             "  (`lcm map resume {}` runs it; so does any runtime opened on this data directory)",
             job.id
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// `lcm map cancel JOB`: in the store (no runtime, so no other job starts running meanwhile),
@@ -333,9 +335,9 @@ fn cancel(app: &App, args: &JobArg) -> Result<()> {
     let before = store.job(id)?;
     if before.status.is_terminal() {
         if app.json {
-            return print_json(&before);
+            return print_json(app, &before);
         }
-        println!("{id} is already {}; nothing to cancel", before.status);
+        outln!(app, "{id} is already {}; nothing to cancel", before.status)?;
         return Ok(());
     }
     let job = cancel_in_store(store, &before)?;

@@ -1,16 +1,21 @@
 //! `lcm serve`: the daemon. Opens the runtime on the data directory and serves the HTTP API
 //! (`lcm_server`; routes and auth in docs/SERVER.md) until SIGTERM or SIGINT, then stops
 //! gracefully: in-flight requests finish, running compactions get the grace period, the store
-//! is closed cleanly.
+//! is closed cleanly. Meanwhile the CLI runs its commands on the same data directory through
+//! it (`crate::control`).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use lcm_engine::runtime::{Runtime, RuntimeOptions};
+use lcm_search::DataDir;
 use lcm_server::{Server, ServerOptions, TokenSource, shutdown_signal};
 
 use crate::App;
+use crate::control::Control;
+use crate::follow::Watching;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -22,6 +27,8 @@ pub struct ServeArgs {
 
 /// `lcm serve [--bind ADDR]`.
 pub fn serve(app: &App, args: &ServeArgs) -> Result<()> {
+    // A CLI that goes away mid-answer must not end the daemon.
+    crate::ignore_sigpipe();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("lcm-serve")
@@ -46,9 +53,27 @@ async fn run(app: &App, args: &ServeArgs) -> Result<()> {
             return Err(error.into());
         }
     };
+    // The CLI on this data directory runs its commands through this daemon from now on.
+    let held = DataDir::from_parts(
+        app.data_dir.clone(),
+        Arc::clone(runtime.store()),
+        Arc::clone(runtime.index()),
+    );
     drop(runtime);
-    // Before saying it listens: from then on SIGTERM / SIGINT stop it gracefully.
-    let stop = shutdown_signal();
+    let watching = Watching::start(&held, &app.config, "lcm serve")?;
+    let mut control = Control::start(held, app.config.clone(), "lcm serve")?;
+    // Before saying it listens: from then on SIGTERM / SIGINT stop it gracefully (and the CLI
+    // commands it runs are interrupted first).
+    let signal = shutdown_signal();
+    let stopper = control.stopper();
+    let stop_watching = watching.as_ref().map(Watching::stopper);
+    let stop = async move {
+        signal.await;
+        stopper.begin();
+        if let Some(flag) = stop_watching {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    };
     let addr = server.local_addr();
     match (server.token_source(), server.token()) {
         (TokenSource::Generated(path), Some(token)) => {
@@ -72,7 +97,14 @@ async fn run(app: &App, args: &ServeArgs) -> Result<()> {
         "lcm serve: listening on http://{addr} (data: {}); SIGTERM or Ctrl-C stops it",
         app.data_dir.display()
     );
-    server.run(stop).await?;
+    let served = server.run(stop).await;
+    tokio::task::block_in_place(|| {
+        control.stop();
+        if let Some(watching) = watching {
+            watching.stop();
+        }
+    });
+    served?;
     eprintln!("lcm serve: stopped");
     Ok(())
 }

@@ -67,21 +67,16 @@ pub fn tool_cmd(app: &App, args: &ToolArgs) -> Result<()> {
         Caller::main_agent(session)
     };
     let lcm_search::DataDir { store, index, .. } = data;
-    let ctx = ToolContext::new(
-        Arc::new(store),
-        Some(Arc::new(index)),
-        Arc::new(app.config.clone()),
-        caller,
-    );
+    let ctx = ToolContext::new(store, Some(index), Arc::new(app.config.clone()), caller);
     let result = runtime()?.block_on(registry.call(&ctx, &args.name, arguments));
     match result {
-        Ok(value) => print_json(&value),
+        Ok(value) => print_json(app, &value),
         Err(error) => Err(anyhow::anyhow!("{error}")),
     }
 }
 
 /// `lcm tools --format openai|anthropic`: prints the tool definitions as a JSON array.
-pub fn tools_cmd(args: &ToolsArgs) -> Result<()> {
+pub fn tools_cmd(app: &App, args: &ToolsArgs) -> Result<()> {
     let registry = ToolRegistry::with_builtins();
     let format = match args.format {
         DefinitionFormat::Openai => ToolFormat::OpenAi,
@@ -92,5 +87,5 @@ pub fn tools_cmd(args: &ToolsArgs) -> Result<()> {
     } else {
         registry.export(format)
     };
-    print_json(&definitions)
+    print_json(app, &definitions)
 }

@@ -29,6 +29,7 @@ pub struct Config {
     pub search: SearchConfig,
     pub embeddings: EmbeddingsConfig,
     pub import: ImportConfig,
+    pub watch: WatchConfig,
     pub files: FilesConfig,
     pub compaction: CompactionConfig,
     pub llm: LlmConfig,
@@ -255,6 +256,16 @@ impl Default for ImportConfig {
             max_line_bytes: 64 << 20,
         }
     }
+}
+
+/// Folders and files `lcm serve` (and `lcm mcp`) follow: new transcripts and lines appended
+/// to them are imported as they are written, like `lcm import --follow`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatchConfig {
+    /// Folders (walked recursively for `*.jsonl` and `*.json`) and files; `~/` is the home
+    /// directory. Empty: nothing is followed.
+    pub paths: Vec<PathBuf>,
 }
 
 /// Which summariser compaction uses.

@@ -7,6 +7,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use lcm_core::config::Config;
 use lcm_core::tokens::TokenCounter;
@@ -21,12 +22,14 @@ pub const STORE_FILE: &str = "lcm.redb";
 /// Directory name of the index inside a data directory.
 pub const INDEX_DIR: &str = "index";
 
-/// An opened data directory.
-#[derive(Debug)]
+/// An opened data directory. The store and the index are shared handles, so a process that
+/// already holds them (the daemon's runtime) can lend them as a data directory
+/// ([`DataDir::from_parts`]).
+#[derive(Debug, Clone)]
 pub struct DataDir {
     pub path: PathBuf,
-    pub store: Store,
-    pub index: SearchIndex,
+    pub store: Arc<Store>,
+    pub index: Arc<SearchIndex>,
 }
 
 impl DataDir {
@@ -69,7 +72,16 @@ impl DataDir {
             &config.embeddings,
             !store.is_read_only(),
         ));
-        Ok(DataDir { path, store, index })
+        Ok(DataDir {
+            path,
+            store: Arc::new(store),
+            index: Arc::new(index),
+        })
+    }
+
+    /// The data directory at `path` whose store and index are already open (by a runtime).
+    pub fn from_parts(path: PathBuf, store: Arc<Store>, index: Arc<SearchIndex>) -> DataDir {
+        DataDir { path, store, index }
     }
 }
 

@@ -248,8 +248,8 @@ pub(crate) fn resolve_admin_token(
     }
 }
 
-/// 32 random bytes from the operating system, as 64 hex digits.
-fn generate() -> Result<String, TokenError> {
+/// 32 random bytes from the operating system, as 64 hex digits: a new secret token.
+pub fn generate() -> Result<String, TokenError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| TokenError::Random(e.to_string()))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())

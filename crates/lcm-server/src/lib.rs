@@ -55,7 +55,7 @@ use lcm_engine::runtime::{Runtime, RuntimeEvent};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, watch};
 
-pub use auth::{Principal, TokenError, TokenSource};
+pub use auth::{Principal, TokenError, TokenSource, generate as new_token};
 pub use error::ApiError;
 pub use handlers::OPENAPI;
 pub use proxy::{

@@ -125,24 +125,95 @@ pub struct ImportedSession {
     pub already_present: u64,
 }
 
+/// How far a file has been imported: the byte offset just after the last line read, that
+/// line's number, and the format found. A file that grows (a live transcript) is imported on
+/// from there with [`import_file_from`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FilePosition {
+    pub offset: u64,
+    pub line: u64,
+    pub format: Option<Format>,
+}
+
 /// Imports one file. `progress` is called with (bytes read, file size).
 pub fn import_file(
     store: &Store,
     path: &Path,
     options: &ImportOptions,
-    mut progress: impl FnMut(u64, u64),
+    progress: impl FnMut(u64, u64),
 ) -> Result<ImportReport, ImportError> {
+    import_range(
+        store,
+        path,
+        options,
+        FilePosition::default(),
+        false,
+        progress,
+    )
+    .map(|(r, _)| r)
+}
+
+/// Imports the complete lines of `path` after `from` (the position an earlier call returned, or
+/// the start), and returns where it stopped: after the last line that ends with a newline. A
+/// last line still being written is left for the next call, so a transcript can be followed
+/// while its writer appends to it. Line numbers go on from `from`, so the messages' source keys
+/// are those a whole-file import gives them (importing on never duplicates a message).
+/// An OpenAI messages document (one JSON value) is imported whole once it parses.
+pub fn import_file_from(
+    store: &Store,
+    path: &Path,
+    options: &ImportOptions,
+    from: FilePosition,
+    progress: impl FnMut(u64, u64),
+) -> Result<(ImportReport, FilePosition), ImportError> {
+    import_range(store, path, options, from, true, progress)
+}
+
+fn import_range(
+    store: &Store,
+    path: &Path,
+    options: &ImportOptions,
+    from: FilePosition,
+    complete_only: bool,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<(ImportReport, FilePosition), ImportError> {
     let io = |source| ImportError::Io {
         path: path.to_path_buf(),
         source,
     };
     let size = std::fs::metadata(path).map_err(io)?.len();
+    let reading = Reading {
+        from,
+        complete_only,
+        max_line: options.max_line_bytes,
+    };
     let default_key = options.session_key.clone().unwrap_or_else(|| {
         path.file_stem()
             .map_or_else(|| "import".to_owned(), |s| s.to_string_lossy().into_owned())
     });
     let max_line = options.max_line_bytes;
-    let (format, document) = sniff(path, options.format, max_line)?;
+    let (format, document) = match from.format {
+        Some(format) if from.offset > 0 => (format, false),
+        _ => match sniff(path, options.format, &reading)? {
+            Some(found) => found,
+            // Nothing complete to read yet.
+            None if complete_only => {
+                return Ok((
+                    ImportReport {
+                        path: path.to_path_buf(),
+                        bytes: size,
+                        ..ImportReport::default()
+                    },
+                    from,
+                ));
+            }
+            None => {
+                return Err(ImportError::Empty {
+                    path: path.to_path_buf(),
+                });
+            }
+        },
+    };
     let mut report = ImportReport {
         path: path.to_path_buf(),
         format: Some(format),
@@ -176,12 +247,20 @@ pub fn import_file(
         }
         sink.finish()?;
         progress(size, size);
-        return Ok(report);
+        let lines = report.lines;
+        return Ok((
+            report,
+            FilePosition {
+                offset: size,
+                line: lines,
+                format: Some(format),
+            },
+        ));
     }
 
     if options.strict {
         // A first pass that writes nothing: any bad line aborts here.
-        for_each_line(path, max_line, |line_no, line| {
+        for_each_line(path, &reading, |line_no, line| {
             let bytes = line.text(path, line_no, max_line)?;
             let ctx = LineContext {
                 line: line_no,
@@ -198,9 +277,9 @@ pub fn import_file(
 
     // Lines are parsed in chunks on every core (parsing is pure), and their outcomes handled
     // here in file order, so reports and batches are what a line-by-line import would make.
-    let mut read = 0u64;
+    let mut read = from.offset;
     let threads = lcm_core::cores::cores();
-    for_each_run_of_lines(path, PARSE_RUN_BYTES, max_line, |run| {
+    let end = for_each_run_of_lines(path, PARSE_RUN_BYTES, &reading, |run| {
         let default_key = default_key.clone();
         let pipeline = OrderedPipeline::new(run, move |chunk: LineChunk| {
             chunk.parse(format, &default_key)
@@ -234,18 +313,27 @@ pub fn import_file(
     })?;
     sink.finish()?;
     progress(size, size);
-    Ok(report)
+    report.lines = report.lines.max(end.line);
+    Ok((
+        report,
+        FilePosition {
+            offset: end.offset,
+            line: end.line,
+            format: Some(format),
+        },
+    ))
 }
 
 /// Works out the format (from the options or the first entry) and whether the file is one JSON
-/// document rather than JSON lines.
+/// document rather than JSON lines; `None` when there is no entry to read.
 fn sniff(
     path: &Path,
     format: Option<Format>,
-    max_line: usize,
-) -> Result<(Format, bool), ImportError> {
+    reading: &Reading,
+) -> Result<Option<(Format, bool)>, ImportError> {
     let mut first: Option<Vec<u8>> = None;
-    for_each_line(path, max_line, |line_no, line| {
+    let max_line = reading.max_line;
+    for_each_line(path, reading, |line_no, line| {
         let bytes = line.text(path, line_no, max_line)?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
@@ -255,14 +343,13 @@ fn sniff(
             path: PathBuf::new(),
         }) // stop reading; not an error
     })
+    .map(|_| ())
     .or_else(|e| match e {
         ImportError::Empty { .. } => Ok(()),
         other => Err(other),
     })?;
     let Some(first) = first else {
-        return Err(ImportError::Empty {
-            path: path.to_path_buf(),
-        });
+        return Ok(None);
     };
     let trimmed = first.trim_ascii();
     // An array, or a pretty-printed object, is one JSON document (OpenAI's messages array).
@@ -274,7 +361,7 @@ fn sniff(
             path: path.to_path_buf(),
         })?,
     };
-    Ok((format, document && format == Format::OpenAi))
+    Ok(Some((format, document && format == Format::OpenAi)))
 }
 
 /// One line of a file, as [`for_each_line`] reads it.
@@ -299,21 +386,37 @@ impl<'a> Line<'a> {
     }
 }
 
-/// Calls `visit` with (1-based line number, line) for each non-blank line. A line longer than
+/// Where and how a file is read: from a position, and whether a last line without its newline
+/// is left unread (a line still being written).
+struct Reading {
+    from: FilePosition,
+    complete_only: bool,
+    max_line: usize,
+}
+
+/// Calls `visit` with (1-based line number, line) for each non-blank line after
+/// `reading.from`, and returns the position after the last line read. A line longer than
 /// `max_line` bytes is never held whole: the rest of it is read in small pieces and dropped,
 /// and `visit` gets [`Line::TooLong`], so memory stays bounded whatever the file holds.
 fn for_each_line(
     path: &Path,
-    max_line: usize,
+    reading: &Reading,
     mut visit: impl FnMut(u64, Line<'_>) -> Result<(), ImportError>,
-) -> Result<(), ImportError> {
+) -> Result<FilePosition, ImportError> {
+    use std::io::{Seek, SeekFrom};
     let io = |source| ImportError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut reader = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?);
+    let max_line = reading.max_line;
+    let mut file = File::open(path).map_err(io)?;
+    if reading.from.offset > 0 {
+        file.seek(SeekFrom::Start(reading.from.offset))
+            .map_err(io)?;
+    }
+    let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut line = Vec::with_capacity(64 * 1024);
-    let mut line_no = 0u64;
+    let mut at = reading.from;
     let limit = u64::try_from(max_line)
         .unwrap_or(u64::MAX)
         .saturating_add(1);
@@ -324,17 +427,27 @@ fn for_each_line(
             .read_until(b'\n', &mut line)
             .map_err(io)?;
         if n == 0 {
-            return Ok(());
+            return Ok(at);
         }
-        line_no += 1;
+        let line_no = at.line + 1;
         if line.last() == Some(&b'\n') {
             line.pop();
         } else if line.len() > max_line {
             line.clear();
-            skip_rest_of_line(&mut reader).map_err(io)?;
+            let (skipped, ended) = skip_rest_of_line(&mut reader).map_err(io)?;
+            if reading.complete_only && !ended {
+                return Ok(at);
+            }
+            at.line = line_no;
+            at.offset += (n + skipped) as u64;
             visit(line_no, Line::TooLong)?;
             continue;
+        } else if reading.complete_only {
+            // The last line, still being written: read it once it is whole.
+            return Ok(at);
         }
+        at.line = line_no;
+        at.offset += n as u64;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -342,20 +455,23 @@ fn for_each_line(
     }
 }
 
-/// Reads past the next newline (or to the end) without keeping what it reads.
-fn skip_rest_of_line(reader: &mut impl BufRead) -> std::io::Result<()> {
+/// Reads past the next newline (or to the end) without keeping what it reads: the bytes read,
+/// and whether a newline ended them.
+fn skip_rest_of_line(reader: &mut impl BufRead) -> std::io::Result<(usize, bool)> {
+    let mut skipped = 0;
     loop {
         let buffer = reader.fill_buf()?;
         if buffer.is_empty() {
-            return Ok(());
+            return Ok((skipped, false));
         }
         match buffer.iter().position(|b| *b == b'\n') {
             Some(at) => {
                 reader.consume(at + 1);
-                return Ok(());
+                return Ok((skipped + at + 1, true));
             }
             None => {
                 let len = buffer.len();
+                skipped += len;
                 reader.consume(len);
             }
         }
@@ -415,9 +531,10 @@ impl LineChunk {
 fn for_each_run_of_lines(
     path: &Path,
     run_limit: usize,
-    max_line: usize,
+    reading: &Reading,
     mut visit: impl FnMut(Vec<LineChunk>) -> Result<(), ImportError>,
-) -> Result<(), ImportError> {
+) -> Result<FilePosition, ImportError> {
+    let max_line = reading.max_line;
     let mut run: Vec<LineChunk> = Vec::new();
     let new_chunk = || LineChunk {
         max_line,
@@ -425,7 +542,7 @@ fn for_each_run_of_lines(
     };
     let mut chunk = new_chunk();
     let mut run_bytes = 0;
-    for_each_line(path, max_line, |line_no, line| {
+    let end = for_each_line(path, reading, |line_no, line| {
         match line {
             Line::Text(bytes) => {
                 let start = chunk.bytes.len();
@@ -447,10 +564,10 @@ fn for_each_run_of_lines(
     if !chunk.lines.is_empty() {
         run.push(chunk);
     }
-    if run.is_empty() {
-        return Ok(());
+    if !run.is_empty() {
+        visit(run)?;
     }
-    visit(run)
+    Ok(end)
 }
 
 /// Collects parsed messages into batches and appends them.
@@ -570,18 +687,27 @@ mod tests {
         for run_limit in [1, 500, 10_000, usize::MAX] {
             let mut seen = Vec::new();
             let mut runs = 0;
-            for_each_run_of_lines(&path, run_limit, usize::MAX, |run| {
-                runs += 1;
-                for chunk in run {
-                    assert!(chunk.lines.len() <= PARSE_CHUNK_LINES);
-                    for (no, range) in &chunk.lines {
-                        let range = range.clone().expect("no line over the limit");
-                        let text = String::from_utf8(chunk.bytes[range].to_vec()).unwrap();
-                        seen.push((*no, text));
+            for_each_run_of_lines(
+                &path,
+                run_limit,
+                &Reading {
+                    from: FilePosition::default(),
+                    complete_only: false,
+                    max_line: usize::MAX,
+                },
+                |run| {
+                    runs += 1;
+                    for chunk in run {
+                        assert!(chunk.lines.len() <= PARSE_CHUNK_LINES);
+                        for (no, range) in &chunk.lines {
+                            let range = range.clone().expect("no line over the limit");
+                            let text = String::from_utf8(chunk.bytes[range].to_vec()).unwrap();
+                            seen.push((*no, text));
+                        }
                     }
-                }
-                Ok(())
-            })
+                    Ok(())
+                },
+            )
             .unwrap();
             assert_eq!(seen, expected, "run limit {run_limit}");
             assert!(runs >= 1);

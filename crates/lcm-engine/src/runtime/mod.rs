@@ -221,7 +221,7 @@ impl Runtime {
     ) -> Result<Runtime, RuntimeError> {
         Self::start(options, move |config| {
             let index = SearchIndex::open_in_ram(&store, &config.search)?;
-            Ok((store, index))
+            Ok((Arc::new(store), Arc::new(index)))
         })
         .await
     }
@@ -229,7 +229,9 @@ impl Runtime {
     /// Starts the runtime over the store and index `open` opens (on the blocking pool).
     async fn start(
         options: RuntimeOptions,
-        open: impl FnOnce(&Config) -> Result<(Store, SearchIndex), RuntimeError> + Send + 'static,
+        open: impl FnOnce(&Config) -> Result<(Arc<Store>, Arc<SearchIndex>), RuntimeError>
+        + Send
+        + 'static,
     ) -> Result<Runtime, RuntimeError> {
         options
             .config
@@ -265,17 +267,10 @@ impl Runtime {
         let open_config = Arc::clone(&config);
         let (store, index) =
             join_blocking(tokio::task::spawn_blocking(move || open(&open_config)).await)??;
-        let store = Arc::new(store);
         let (writer, writer_thread) = GroupWriter::start(Arc::clone(&store))
             .map_err(|e| RuntimeError::Start(format!("writer thread: {e}")))?;
         let shared = Arc::new(Shared::new(
-            store,
-            Arc::new(index),
-            config,
-            summarizer,
-            llm,
-            tools,
-            writer,
+            store, index, config, summarizer, llm, tools, writer,
         ));
         let (root, root_task) = RootActor::spawn(None, RootActor, shared.lease())
             .await
@@ -597,7 +592,7 @@ fn gone(kind: ActorKind) -> RuntimeError {
 fn open_store(
     location: StoreLocation,
     config: &Config,
-) -> Result<(Store, SearchIndex), RuntimeError> {
+) -> Result<(Arc<Store>, Arc<SearchIndex>), RuntimeError> {
     match location {
         StoreLocation::Dir(path) => {
             let dir = DataDir::open(&path, config)?;
@@ -610,7 +605,7 @@ fn open_store(
                 files: (&config.files).into(),
             })?;
             let index = SearchIndex::open_in_ram(&store, &config.search)?;
-            Ok((store, index))
+            Ok((Arc::new(store), Arc::new(index)))
         }
     }
 }

@@ -97,7 +97,7 @@ fn a_schema_5_store_migrates_and_reads_as_a_store_written_today() {
     let (_today_dir, today) = written_today(&config);
 
     // Every invariant holds, the index (rebuilt beside it) included.
-    let report = integrity::check(&migrated.store, Some(&migrated.index)).unwrap();
+    let report = integrity::check(&migrated.store, Some(migrated.index.as_ref())).unwrap();
     assert!(report.is_clean(), "{report:#?}");
 
     // Every message, and its original, as today's code writes them.
