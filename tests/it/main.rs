@@ -14,7 +14,10 @@ mod daemon_cli;
 mod delegation;
 mod durability;
 mod embed_server;
+#[cfg(unix)]
+mod follow;
 mod grep_property;
+mod import_folders;
 mod import_huge_line;
 mod layering;
 mod map_crash;

@@ -772,4 +772,76 @@ mod tests {
             assert_eq!(texts, expected, "session s{session}");
         }
     }
+
+    /// A growing file imported piece by piece stores what a whole-file import stores, with the
+    /// same line-based keys (lines without a key of their own), never a half-written line, and
+    /// nothing twice.
+    #[test]
+    fn importing_a_growing_file_on_from_a_position_equals_one_import() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("live.jsonl");
+        let counter = || {
+            StoreOptions::new(lcm_core::tokens::TokenCounter::new(
+                lcm_core::tokens::Encoding::O200kBase,
+            ))
+        };
+        let unkeyed =
+            |k: usize| format!(r#"{{"session":"live","role":"user","content":"line {k}"}}"#) + "\n";
+        let store = Store::open(dir.path().join("followed.redb"), counter()).unwrap();
+        let options = ImportOptions::default();
+        let append = |text: &str| {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .unwrap();
+            f.write_all(text.as_bytes()).unwrap();
+        };
+
+        // Nothing complete yet: nothing read, the position stays.
+        let third = unkeyed(3);
+        append(&third[..10]);
+        let (report, at) =
+            import_file_from(&store, &path, &options, FilePosition::default(), |_, _| {}).unwrap();
+        assert_eq!((report.imported, at), (0, FilePosition::default()));
+        std::fs::remove_file(&path).unwrap();
+
+        append(&(unkeyed(1) + "\n" + &unkeyed(2)));
+        append(&third[..10]);
+        let (report, at) =
+            import_file_from(&store, &path, &options, FilePosition::default(), |_, _| {}).unwrap();
+        assert_eq!(report.imported, 2);
+        assert_eq!(at.line, 3, "the blank line counts");
+        let read = (unkeyed(1).len() + 1 + unkeyed(2).len()) as u64;
+        assert_eq!(at.offset, read, "the half line is left for later");
+        // Again from there, before the writer goes on: nothing.
+        let (report, same) = import_file_from(&store, &path, &options, at, |_, _| {}).unwrap();
+        assert_eq!((report.imported, same), (0, at));
+        append(&third[10..]);
+        append(&unkeyed(4));
+        let (report, at) = import_file_from(&store, &path, &options, at, |_, _| {}).unwrap();
+        assert_eq!(report.imported, 2);
+        assert_eq!(at.offset, std::fs::metadata(&path).unwrap().len());
+        assert_eq!(at.line, 5);
+
+        // The same file imported whole elsewhere: the same messages; and into the followed
+        // store again: nothing new (the keys are the same).
+        let whole = Store::open(dir.path().join("whole.redb"), counter()).unwrap();
+        let report = import_file(&whole, &path, &options, |_, _| {}).unwrap();
+        assert_eq!(report.imported, 4);
+        let again = import_file(&store, &path, &options, |_, _| {}).unwrap();
+        assert_eq!((again.imported, again.already_present), (0, 4));
+        let texts = |store: &Store| {
+            let id = store.session_id_for_key("live").unwrap().unwrap();
+            store
+                .session_messages(id, 0..u64::MAX)
+                .unwrap()
+                .into_iter()
+                .map(|m| lcm_core::message::search_text(&m.parts).into_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(texts(&store), texts(&whole));
+        assert_eq!(texts(&store), ["line 1", "line 2", "line 3", "line 4"]);
+    }
 }
