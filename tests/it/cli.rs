@@ -995,6 +995,34 @@ fn help_describes_the_whole_tool_and_completions_cover_every_command() {
         }
         assert!(script.contains("--data-dir"), "{shell}");
     }
+    // The bash script loads in bash and completes a command name.
+    if Path::new("/bin/bash").exists() {
+        let script = tmp.path().join("lcm.bash");
+        let out = Command::new(env!("CARGO_BIN_EXE_lcm"))
+            .args(["completions", "bash"])
+            .output()
+            .unwrap();
+        std::fs::write(&script, &out.stdout).unwrap();
+        let probe = format!(
+            "source {} && complete -p lcm && COMP_WORDS=(lcm gre) && COMP_CWORD=1 && \
+             COMP_LINE='lcm gre' && COMP_POINT=7 && _lcm lcm gre lcm && echo \"${{COMPREPLY[@]}}\"",
+            script.display()
+        );
+        let out = Command::new("/bin/bash")
+            .args(["--norc", "--noprofile", "-c", &probe])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "bash: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(said.contains("-F _lcm lcm"), "{said}");
+        assert_eq!(said.lines().last(), Some("grep"), "{said}");
+    } else {
+        eprintln!("SKIPPED: /bin/bash is absent; the bash completion script was not loaded");
+    }
     let bad = lcm(&data, &["completions", "tcsh"]);
     assert_eq!(bad.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&bad.stderr);
