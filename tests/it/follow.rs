@@ -202,3 +202,35 @@ fn a_daemon_watching_a_folder_imports_live() {
     crate::serve::stop_cleanly(&mut daemon.0, stderr);
     assert_eq!(hits(&data, "gamma-"), 2);
 }
+
+/// `lcm import --follow` through a running daemon: the daemon follows for the CLI, and Ctrl-C
+/// in the CLI stops the following there (the CLI's cancel), not the daemon.
+#[test]
+fn ctrl_c_stops_a_follow_the_daemon_runs_for_the_cli() {
+    let tmp = tempfile::tempdir().unwrap();
+    let watched = tmp.path().join("watched");
+    std::fs::create_dir_all(&watched).unwrap();
+    let data = tmp.path().join("data");
+    let mut daemon = KillOnDrop(crate::serve::spawn(&data, "127.0.0.1:0"));
+    let mut daemon_stderr = BufReader::new(daemon.0.stderr.take().unwrap());
+    crate::serve::wait_listening(&mut daemon_stderr);
+
+    let (mut cli, _stderr) = follower(&data, &watched);
+    append(&watched.join("t.jsonl"), &line("t", "k1", "delta-one"));
+    found_once(&data, "delta-one");
+    crate::common::send_sigint(cli.0.id());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = cli.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the CLI did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    // The daemon goes on serving, and follows no more.
+    append(&watched.join("t.jsonl"), &line("t", "k2", "delta-two"));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(hits(&data, "delta-"), 1);
+    crate::serve::stop_cleanly(&mut daemon.0, daemon_stderr);
+}

@@ -200,6 +200,9 @@ pub struct Control {
 struct Running {
     interrupt: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
+    /// The connection, to cut if the command outlives the grace period (a CLI that stopped
+    /// reading leaves the command blocked in a write).
+    stream: Option<UnixStream>,
 }
 
 /// What stops a [`Control`] from another task (the daemon's signal handler): commands in hand
@@ -301,10 +304,18 @@ impl Control {
             while !r.thread.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
+            if !r.thread.is_finished() {
+                tracing::warn!("a CLI command did not stop within the grace period: cut off");
+                if let Some(stream) = &r.stream {
+                    let _ = stream.shutdown(std::net::Shutdown::Both);
+                }
+                let cut = Instant::now() + Duration::from_secs(1);
+                while !r.thread.is_finished() && Instant::now() < cut {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
             if r.thread.is_finished() {
                 let _ = r.thread.join();
-            } else {
-                tracing::warn!("a CLI command did not stop within the grace period");
             }
         }
         let _ = std::fs::remove_file(&self.advert_path);
@@ -346,6 +357,7 @@ fn accept(
             }
         };
         let interrupt = Arc::new(AtomicBool::new(false));
+        let kept = stream.try_clone().ok();
         let spawned = {
             let daemon = Arc::clone(daemon);
             let interrupt = Arc::clone(&interrupt);
@@ -356,7 +368,11 @@ fn accept(
         let mut running = lock(running);
         running.retain(|r| !r.thread.is_finished());
         match spawned {
-            Ok(thread) => running.push(Running { interrupt, thread }),
+            Ok(thread) => running.push(Running {
+                interrupt,
+                thread,
+                stream: kept,
+            }),
             Err(error) => tracing::warn!(%error, "control socket: cannot start a thread"),
         }
     }
