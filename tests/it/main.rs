@@ -15,6 +15,8 @@ mod delegation;
 mod durability;
 mod embed_server;
 #[cfg(unix)]
+mod explorer;
+#[cfg(unix)]
 mod follow;
 mod grep_property;
 mod import_folders;

@@ -142,6 +142,10 @@ pub(crate) struct ListSessions {
     /// Only the sessions whose key starts with this.
     #[serde(default)]
     prefix: Option<String>,
+    /// Also each session's context: how many summaries stand in it and where its raw tail
+    /// starts (what the explorer's list shows).
+    #[serde(default)]
+    context: bool,
 }
 
 pub(crate) async fn list_sessions(
@@ -149,11 +153,36 @@ pub(crate) async fn list_sessions(
     Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<ListSessions>,
 ) -> ApiResult {
-    let sessions = state.blocking(|store| Ok(store.sessions()?)).await?;
-    let sessions: Vec<&SessionInfo> = sessions
+    let with_context = query.context;
+    let sessions = state
+        .blocking(move |store| {
+            let sessions = store.sessions()?;
+            let contexts = if with_context {
+                let reader = store.reader()?;
+                sessions
+                    .iter()
+                    .map(|s| reader.context(s.id).map(Some))
+                    .collect::<Result<Vec<_>, _>>()?
+            } else {
+                vec![None; sessions.len()]
+            };
+            Ok(sessions.into_iter().zip(contexts).collect::<Vec<_>>())
+        })
+        .await?;
+    let sessions: Vec<Value> = sessions
         .iter()
-        .filter(|s| principal.may_see(&s.key))
-        .filter(|s| query.prefix.as_deref().is_none_or(|p| s.key.starts_with(p)))
+        .filter(|(s, _)| principal.may_see(&s.key))
+        .filter(|(s, _)| query.prefix.as_deref().is_none_or(|p| s.key.starts_with(p)))
+        .map(|(s, context)| {
+            let mut value = json!(s);
+            if let Some(c) = context {
+                value["context"] = json!({
+                    "summaries": c.summaries.len(),
+                    "raw_from": c.raw_from,
+                });
+            }
+            value
+        })
         .collect();
     Ok(Json(json!({ "sessions": sessions })))
 }

@@ -39,6 +39,7 @@
 mod auth;
 mod error;
 mod events;
+mod explorer;
 mod handlers;
 mod messages;
 mod metrics;

@@ -19,6 +19,7 @@ use futures_util::FutureExt;
 
 use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::explorer;
 use crate::handlers;
 use crate::proxy;
 use crate::state::AppState;
@@ -117,6 +118,20 @@ pub const ROUTES: &[Route] = &[
         || get(handlers::get_session),
     ),
     route(
+        "GET",
+        "/v1/sessions/{id}/messages",
+        Authenticated,
+        "A page of the session's messages by position (`from`, `limit`), for the explorer.",
+        || get(explorer::messages_page),
+    ),
+    route(
+        "GET",
+        "/v1/sessions/{id}/layout",
+        Authenticated,
+        "The session's context as it stands, without compacting: summaries and the raw tail.",
+        || get(explorer::layout),
+    ),
+    route(
         "POST",
         "/v1/sessions/{id}/messages",
         Authenticated,
@@ -157,6 +172,27 @@ pub const ROUTES: &[Route] = &[
         Authenticated,
         "What an id (sum_N, msg_N, ses_N) stands for (lcm_describe).",
         || get(handlers::describe),
+    ),
+    route(
+        "GET",
+        "/v1/stats",
+        Admin,
+        "The store's totals and the index's watermark.",
+        || get(explorer::stats),
+    ),
+    route(
+        "GET",
+        "/ui",
+        Public,
+        "The web explorer (its page holds no data; it reads this API with the caller's token).",
+        || get(explorer::index),
+    ),
+    route(
+        "GET",
+        "/ui/{*path}",
+        Public,
+        "The web explorer at an address (`/ui/sessions/ses_3`), or one of its files.",
+        || get(explorer::asset),
     ),
     route("POST", "/v1/maps", Admin, "Start an llm_map job.", || {
         post(handlers::start_map)
