@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use crate::common;
 use crate::serve::{KillOnDrop, spawn, stop_cleanly, wait_listening};
+use lcm::llm::testing::{RecordedRequest, ScriptedReply, ScriptedServer};
 
 const ADMIN: &str = "admin-token-for-the-explorer-test-0123";
 const TENANT: &str = "tenant-token-for-the-explorer-test-0123";
@@ -150,6 +151,24 @@ fn lcm(data: &Path, args: &[&str]) -> std::process::Output {
     out
 }
 
+/// Answers each map item correctly (its word upper-cased) after `delay`.
+fn answer_after(delay: Duration) -> ScriptedReply {
+    ScriptedReply::from_fn(move |request: &RecordedRequest| {
+        let item = request
+            .last_user_text()
+            .and_then(|t| t.split("Item (JSON):\n").nth(1).map(str::to_owned))
+            .and_then(|rest| serde_json::from_str::<Value>(rest.lines().next()?).ok());
+        match item {
+            Some(item) => {
+                let upper = item["word"].as_str().unwrap_or_default().to_uppercase();
+                let answer = json!({"id": item["id"], "upper": upper}).to_string();
+                ScriptedReply::delayed(delay, ScriptedReply::ok(answer))
+            }
+            None => ScriptedReply::status(400),
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_explorer_in_a_real_chromium() {
     let Some((driver, chromium)) = browser() else {
@@ -176,9 +195,23 @@ async fn the_explorer_in_a_real_chromium() {
             example.to_str().unwrap(),
         ],
     );
+    // A model on loopback for a map job: it answers each item after 150 ms.
+    let model = ScriptedServer::start().await;
+    model.set_default(answer_after(Duration::from_millis(150)));
+    let items = tmp.path().join("items.jsonl");
+    let lines: String = (0..12)
+        .map(|i| format!("{}\n", json!({"id": i, "word": format!("w{i}")})))
+        .collect();
+    std::fs::write(&items, lines).unwrap();
     std::fs::write(
         data.join("config.toml"),
-        format!("[server]\ntoken = \"{ADMIN}\"\n[server.tenants]\n\"{TENANT}\" = \"team-a/\"\n"),
+        format!(
+            "[server]\ntoken = \"{ADMIN}\"\n[server.tenants]\n\"{TENANT}\" = \"team-a/\"\n\
+             [llm]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"map-model\"\n\
+             max_retries = 0\n[map]\nallowed_roots = [{:?}]\n",
+            model.url(),
+            tmp.path().display().to_string()
+        ),
     )
     .unwrap();
     let before: Value = serde_json::from_slice(&lcm(&data, &["stats", "--json"]).stdout).unwrap();
@@ -315,6 +348,35 @@ async fn the_explorer_in_a_real_chromium() {
         .await
         .unwrap();
     view_says(&client, "No violations.").await;
+
+    // A map job's progress, live over server-sent events, to its end.
+    let (status, body) = crate::serve::http(
+        addr,
+        "POST",
+        "/v1/maps",
+        Some(ADMIN),
+        &json!({
+            "input_path": items, "prompt": "Upper-case the word.", "concurrency": 1,
+            "output_schema": {"type": "object", "required": ["id", "upper"]},
+        })
+        .to_string(),
+    );
+    assert_eq!(status, 201, "{body}");
+    let job: Value = serde_json::from_str(&body).unwrap();
+    let job = job["id"]
+        .as_str()
+        .or(job["job"]["id"].as_str())
+        .unwrap()
+        .to_owned();
+    client.goto(&format!("{base}/ui/maps/{job}")).await.unwrap();
+    let early = text_of(&client, "#map-counts").await;
+    screenshot(&client, "explorer-map").await;
+    let done = view_says(&client, "12 of 12").await;
+    assert!(done.contains("completed"), "{done}");
+    assert_ne!(
+        early, "12 of 12 (0 failed)",
+        "the job was over before the page watched it"
+    );
 
     // A tenant sees its own session only, in the list and by address.
     client
