@@ -533,22 +533,26 @@ pub(crate) fn run_remote(
         .context("cannot send the command to the daemon")?;
     // Ctrl-C: the daemon stops the command as it would stop here; a second one ends the CLI.
     let interrupt = Interrupt::install()?;
-    let finished = Arc::new(AtomicBool::new(false));
+    // Watches for Ctrl-C until the command ends (told at once through the channel, so the
+    // CLI never waits for the watcher's next look).
+    let (finished, ended_rx) = std::sync::mpsc::channel::<()>();
     let watcher = {
-        let finished = Arc::clone(&finished);
         let mut cancel = stream.try_clone()?;
         std::thread::spawn(move || {
-            while !finished.load(Ordering::SeqCst) {
+            loop {
+                match ended_rx.recv_timeout(Duration::from_millis(20)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
                 if interrupt.requested() {
                     let _ = write_frame(&mut cancel, CANCEL, &[]);
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(20));
             }
         })
     };
     let ended = receive(&mut stream);
-    finished.store(true, Ordering::SeqCst);
+    let _ = finished.send(());
     let _ = watcher.join();
     match ended? {
         Exit { error: None, .. } => Ok(()),
