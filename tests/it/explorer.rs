@@ -340,6 +340,11 @@ async fn the_explorer_in_a_real_chromium() {
     client.goto(&format!("{base}/ui/health")).await.unwrap();
     let health = view_says(&client, "Messages").await;
     assert!(health.contains("watermark"), "{health}");
+    // Figures from the metrics (the admin may read them).
+    assert!(
+        health.contains(" finished, ") && health.contains(" failed, "),
+        "{health}"
+    );
     client
         .find(Locator::Css("#integrity button"))
         .await

@@ -408,7 +408,7 @@ async function healthView() {
       h("dt", {}, "Tokens"), h("dd", {}, fmt(stats.store.tokens)),
       h("dt", {}, "Index"), h("dd", {}, `${fmt(stats.index_documents)} documents, watermark ${stats.index_watermark} (next message ${stats.next_message})`),
       h("dt", {}, "Actor restarts"), h("dd", {}, metrics ? fmt(sum("lcm_actor_restarts_total")) : "—"),
-      h("dt", {}, "Compactions"), h("dd", {}, metrics ? fmt(sum("lcm_compactions_total")) : "—")),
+      h("dt", {}, "Compactions"), h("dd", {}, metrics ? `${fmt(sum("lcm_compactions_finished_total"))} finished, ${fmt(sum("lcm_compactions_failed_total"))} failed, ${fmt(sum("lcm_compactions_running"))} running` : "—")),
     integrity);
 }
 
