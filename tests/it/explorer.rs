@@ -317,6 +317,41 @@ async fn the_explorer_in_a_real_chromium() {
     let message = view_says(&client, &hit_id).await;
     assert!(message.contains("mix test"), "{message}");
 
+    // Summaries are searched too, and a common word pages on.
+    client
+        .goto(&format!("{base}/ui/search?q=mix%20test&scope=summaries"))
+        .await
+        .unwrap();
+    let hit = client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#results .hit a"))
+        .await
+        .unwrap();
+    assert!(hit.text().await.unwrap().starts_with("sum_"));
+    client
+        .goto(&format!("{base}/ui/search?q=the&mode=regex"))
+        .await
+        .unwrap();
+    client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::LinkText("Next page →"))
+        .await
+        .expect("a next page")
+        .click()
+        .await
+        .unwrap();
+    view_says(&client, "hits on this page").await;
+    assert!(
+        client
+            .current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .contains("cursor=")
+    );
+
     // Bad input: an invalid regex, a malformed id, a session that does not exist.
     client
         .goto(&format!("{base}/ui/search?q=%28unclosed"))

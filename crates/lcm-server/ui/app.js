@@ -281,15 +281,21 @@ async function describeView(id) {
 }
 
 async function searchView(params) {
-  const pattern = params.get("q") ?? "";
-  const mode = params.get("mode") ?? "regex";
-  const session = params.get("session") ?? "";
-  const role = params.get("role") ?? "";
+  const value = (name, fallback = "") => params.get(name) ?? fallback;
+  const pattern = value("q");
+  const mode = value("mode", "regex");
+  const scope = value("scope", "messages");
+  const choice = (name, options, current, label) => h("select", { name, "aria-label": label },
+    options.map(([v, text]) => h("option", { value: v, selected: v === current }, text)));
+  const field = (name, placeholder, size = 14) => h("input", { type: "text", name, value: value(name), placeholder, "aria-label": placeholder, size });
   const form = h("form", { class: "toolbar", id: "search-form", role: "search" },
-    h("input", { type: "search", name: "q", value: pattern, placeholder: "Pattern or words", "aria-label": "Search for", size: 40, required: true }),
-    h("select", { name: "mode", "aria-label": "Mode" }, ["regex", "full_text", "semantic", "hybrid"].map((m) => h("option", { value: m, selected: m === mode }, m.replace("_", " ")))),
-    h("input", { type: "text", name: "session", value: session, placeholder: "Session (ses_N or key)", "aria-label": "Session" }),
-    h("select", { name: "role", "aria-label": "Role" }, ["", "user", "assistant", "tool", "system"].map((r) => h("option", { value: r, selected: r === role }, r || "any role"))),
+    h("input", { type: "search", name: "q", value: pattern, placeholder: "Pattern or words", "aria-label": "Search for", size: 36, required: true }),
+    choice("mode", [["regex", "regex"], ["full_text", "full text"], ["semantic", "semantic"], ["hybrid", "hybrid"]], mode, "Mode"),
+    choice("scope", [["messages", "messages"], ["summaries", "summaries"], ["both", "both"]], scope, "Search in"),
+    field("session", "Session (ses_N or key)", 20),
+    field("summary_id", "Under summary (sum_N)"),
+    field("since", "Since (YYYY-MM-DD)"),
+    field("before", "Before (YYYY-MM-DD)"),
     h("button", { type: "submit" }, "Search"));
   form.addEventListener("submit", (e) => {
     e.preventDefault();
@@ -300,19 +306,22 @@ async function searchView(params) {
   const results = h("div", { id: "results" });
   show("Search", form, results);
   if (!pattern) return;
-  const args = { pattern, mode, limit: 50 };
-  if (session) args.session = session;
-  if (role) args.role = role;
+  const args = { pattern, mode, scope, session: value("session") || "all", limit: 50 };
+  for (const name of ["summary_id", "since", "before", "cursor"]) if (value(name)) args[name] = value(name);
   try {
     const page = await api("/v1/grep", { method: "POST", body: args });
+    const more = page.next_cursor
+      ? h("p", {}, h("a", { href: `/ui/search?${new URLSearchParams({ ...Object.fromEntries(params), cursor: page.next_cursor })}` }, "Next page →"))
+      : null;
     results.replaceChildren(
-      h("p", { class: "muted" }, `${fmt(page.hits)} hits${page.next_cursor ? " (first page)" : ""}`),
+      h("p", { class: "muted" }, `${fmt(page.hits)} hits on this page`),
       ...(page.groups ?? []).map((g) => h("div", { class: "card hit-group" },
         h("div", {}, g.region === "raw_tail" ? "In the raw tail of " : ["Under ", link(g.region), ` (${g.kind}, depth ${g.depth}) in `], link(g.session)),
         h("ul", {}, g.hits.map((hit) => h("li", { class: "hit" },
-          link(hit.id), " ", h("span", { class: `role ${hit.role}` }, hit.role ?? hit.type), ` #${hit.seq ?? ""} `,
-          hit.found_by ? h("span", { class: "pill" }, hit.found_by) : null,
-          h("div", { class: "text" }, hit.snippet ?? hit.text ?? "")))))));
+          link(hit.id), " ", h("span", { class: `role ${hit.role ?? ""}` }, hit.role ?? hit.type), hit.seq !== undefined ? ` #${hit.seq} ` : " ",
+          hit.found_by ? h("span", { class: "pill" }, hit.found_by.join(" + ")) : null,
+          h("div", { class: "text" }, hit.snippet ?? hit.text ?? "")))))),
+      more ?? "");
   } catch (e) {
     results.replaceChildren(showError(e));
   }
