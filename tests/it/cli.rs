@@ -1,31 +1,12 @@
 //! The `lcm` binary end to end: the demo (the README's main job), import, grep, show
 //! (including the original byte for byte), sessions, stats, reindex, and its errors.
 
-use crate::common;
+use crate::common::{self, json, lcm};
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
-
-fn lcm(data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lcm"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(args)
-        .env_remove("LCM_CONFIG")
-        .output()
-        .expect("run lcm")
-}
-
-fn json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "lcm failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("stdout is JSON")
-}
 
 fn example() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/transcripts/demo-session.jsonl")

@@ -83,15 +83,19 @@ async fn open_browser(driver: &Path, chromium: &Path) -> (KillOnDrop, Client) {
     (guard, client)
 }
 
-/// The text of the first element `css` finds, once there is one.
-async fn text_of(client: &Client, css: &str) -> String {
-    let element = client
+/// The first element `css` finds, once there is one (failing after 20 s).
+async fn element(client: &Client, css: &str) -> fantoccini::elements::Element {
+    client
         .wait()
         .at_most(Duration::from_secs(20))
         .for_element(Locator::Css(css))
         .await
-        .unwrap_or_else(|e| panic!("no `{css}`: {e}"));
-    element.text().await.unwrap()
+        .unwrap_or_else(|e| panic!("no `{css}`: {e}"))
+}
+
+/// The text of the first element `css` finds, once there is one.
+async fn text_of(client: &Client, css: &str) -> String {
+    element(client, css).await.text().await.unwrap()
 }
 
 /// Waits until the page's main view says `needle`.
@@ -135,14 +139,9 @@ async fn screenshot(client: &Client, name: &str) {
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
 
+/// `lcm ARGS` on `data`, which must succeed.
 fn lcm(data: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_lcm"))
-        .arg("--data-dir")
-        .arg(data)
-        .args(args)
-        .env_remove("LCM_CONFIG")
-        .output()
-        .unwrap();
+    let out = common::lcm(data, args);
     assert!(
         out.status.success(),
         "lcm {args:?}: {}",
@@ -245,13 +244,7 @@ async fn the_explorer_in_a_real_chromium() {
         .await
         .unwrap();
     view_says(&client, "The context as it stands").await;
-    let segments = client
-        .wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css("#context-bar a"))
-        .await
-        .unwrap();
-    drop(segments);
+    element(&client, "#context-bar a").await;
     let bar = client
         .find_all(Locator::Css("#context-bar a"))
         .await
@@ -289,12 +282,7 @@ async fn the_explorer_in_a_real_chromium() {
     let id = href.rsplit('/').next().unwrap().to_owned();
     view_says(&client, &id).await;
     text_of(&client, "#content").await;
-    let source = client
-        .wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css("#sources a"))
-        .await
-        .unwrap();
+    let source = element(&client, "#sources a").await;
     let source_id = source.text().await.unwrap();
     screenshot(&client, "explorer-summary").await;
     source.click().await.unwrap();
@@ -305,12 +293,7 @@ async fn the_explorer_in_a_real_chromium() {
         .goto(&format!("{base}/ui/search?q=mix%20test"))
         .await
         .unwrap();
-    let hit = client
-        .wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css("#results .hit a"))
-        .await
-        .unwrap();
+    let hit = element(&client, "#results .hit a").await;
     screenshot(&client, "explorer-search").await;
     let hit_id = hit.text().await.unwrap();
     hit.click().await.unwrap();
@@ -322,12 +305,7 @@ async fn the_explorer_in_a_real_chromium() {
         .goto(&format!("{base}/ui/search?q=mix%20test&scope=summaries"))
         .await
         .unwrap();
-    let hit = client
-        .wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css("#results .hit a"))
-        .await
-        .unwrap();
+    let hit = element(&client, "#results .hit a").await;
     assert!(hit.text().await.unwrap().starts_with("sum_"));
     client
         .goto(&format!("{base}/ui/search?q=the&mode=regex"))

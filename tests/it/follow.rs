@@ -5,22 +5,13 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::common::lcm;
 use crate::serve::KillOnDrop;
-
-fn lcm(data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lcm"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(args)
-        .env_remove("LCM_CONFIG")
-        .output()
-        .expect("run lcm")
-}
 
 /// One lcm-format line with its own key.
 fn line(session: &str, key: &str, text: &str) -> String {

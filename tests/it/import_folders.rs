@@ -5,30 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::common;
-
-fn lcm(data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lcm"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(args)
-        .env_remove("LCM_CONFIG")
-        .output()
-        .expect("run lcm")
-}
-
-fn json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "lcm failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("stdout is JSON")
-}
+use crate::common::{self, json, lcm};
 
 /// `projects/<project>/<session>.jsonl` and `projects/<project>/<session>/subagents/*.jsonl`,
 /// as Claude Code keeps them: two projects, the real sessions spread over them. The files of

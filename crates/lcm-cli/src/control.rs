@@ -331,6 +331,62 @@ impl Drop for Control {
     }
 }
 
+/// What a daemon (`lcm serve`, `lcm mcp`) runs beside its own service while it holds a data
+/// directory: the control socket for the CLI and the `[watch]` follower.
+pub struct Holding {
+    control: Control,
+    watching: Option<crate::follow::Watching>,
+}
+
+impl Holding {
+    /// Starts both on the data directory `runtime` holds; `program` names the daemon.
+    pub fn start(
+        app: &App,
+        runtime: &lcm_engine::runtime::Runtime,
+        program: &'static str,
+    ) -> Result<Holding> {
+        let held = DataDir::from_parts(
+            app.data_dir.clone(),
+            Arc::clone(runtime.store()),
+            Arc::clone(runtime.index()),
+        );
+        let watching = crate::follow::Watching::start(&held, &app.config, program)?;
+        let control = Control::start(held, app.config.clone(), program)?;
+        Ok(Holding { control, watching })
+    }
+
+    /// `signal`, then the stop begun: the CLI commands in hand are interrupted and the
+    /// follower is told to stop, before the daemon's own service stops.
+    pub fn stop_on(
+        &self,
+        signal: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let stopper = self.control.stopper();
+        let following = self.watching.as_ref().map(crate::follow::Watching::stopper);
+        async move {
+            signal.await;
+            stopper.begin();
+            if let Some(flag) = following {
+                flag.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Stops both and waits for them (inside the daemon's tokio runtime).
+    pub fn stop(self) {
+        let Holding {
+            mut control,
+            watching,
+        } = self;
+        tokio::task::block_in_place(|| {
+            control.stop();
+            if let Some(watching) = watching {
+                watching.stop();
+            }
+        });
+    }
+}
+
 /// What every connection's command runs with.
 struct Daemon {
     data: DataDir,

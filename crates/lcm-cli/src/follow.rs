@@ -27,7 +27,9 @@ use notify::{RecursiveMode, Watcher};
 
 use crate::App;
 use crate::commands::catch_up_index;
-use crate::import_commands::{ImportArgs, Listing, is_transcript_name, print_import_report};
+use crate::import_commands::{
+    ImportArgs, Listing, is_glob, is_transcript_name, list, print_import_report,
+};
 use crate::interrupt::Interrupt;
 use crate::output::{Output, outln};
 
@@ -58,12 +60,8 @@ impl Root {
     /// The root of the path given as `given` (already resolved to `resolved`).
     pub(crate) fn new(app: &App, given: &Path) -> Result<Root> {
         let resolved = app.cwd.join(given);
-        if std::fs::symlink_metadata(&resolved).is_err()
-            && given.to_string_lossy().contains(['*', '?', '['])
-        {
-            let wild = |c: &std::path::Component<'_>| {
-                c.as_os_str().to_string_lossy().contains(['*', '?', '['])
-            };
+        if std::fs::symlink_metadata(&resolved).is_err() && is_glob(given) {
+            let wild = |c: &std::path::Component<'_>| is_glob(Path::new(c.as_os_str()));
             // The watcher reports canonical paths: the pattern is made of the canonical folder
             // before the first wildcard and the rest as given.
             let base = canonical(
@@ -95,6 +93,14 @@ impl Root {
                 resolved: canonical(&resolved),
             }
         })
+    }
+
+    /// The path as given.
+    fn given(&self) -> &Path {
+        match self {
+            Root::Folder { shown, .. } | Root::File { shown, .. } => shown,
+            Root::Glob { given, .. } => given,
+        }
     }
 
     /// What the watcher watches for this root.
@@ -223,12 +229,12 @@ pub(crate) fn follow(
         }
         if rescan {
             changed.extend(files.keys().cloned());
-            changed.extend(roots.iter().flat_map(|r| rescan_root(app, r)));
+            changed.extend(roots.iter().flat_map(|r| transcripts_under(app, r.given())));
         }
         // A folder made (or moved in) with files already in it: its files are new.
         let folders: Vec<PathBuf> = changed.iter().filter(|p| p.is_dir()).cloned().collect();
         for folder in folders {
-            changed.extend(transcripts_under(&folder));
+            changed.extend(transcripts_under(app, &folder));
         }
         let mut round = Round::default();
         for path in changed {
@@ -255,41 +261,12 @@ pub(crate) fn follow(
     Ok(())
 }
 
-/// The transcripts a root holds now.
-fn rescan_root(app: &App, root: &Root) -> Vec<PathBuf> {
-    match root {
-        Root::Folder { resolved, .. } => transcripts_under(resolved),
-        Root::File { resolved, .. } => vec![resolved.clone()],
-        Root::Glob { base, .. } => transcripts_under(base)
-            .into_iter()
-            .filter(|p| root.shown(app, p).is_some())
-            .collect(),
-    }
-}
-
-/// Every `*.jsonl` / `*.json` file under `folder` (hidden entries and unreadable folders
-/// skipped; symbolic links not followed, so a loop cannot trap the watcher).
-fn transcripts_under(folder: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut pending = vec![folder.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            match entry.file_type() {
-                Ok(t) if t.is_dir() => pending.push(entry.path()),
-                Ok(t) if t.is_file() && is_transcript_name(&entry.path()) => {
-                    found.push(entry.path());
-                }
-                _ => {}
-            }
-        }
-    }
-    found
+/// The transcripts under `path` (a root as given, or a folder that appeared) now, listed as
+/// `lcm import` lists them; what cannot be read is passed over (it is said at its import).
+fn transcripts_under(app: &App, path: &Path) -> Vec<PathBuf> {
+    list(app, &[path.to_path_buf()], true)
+        .map(|listing| listing.files.into_iter().filter_map(|f| f.read).collect())
+        .unwrap_or_default()
 }
 
 /// What one round of imports stored and has to say.

@@ -344,7 +344,8 @@ fn shown_under(app: &App, given: &Path, found: &Path) -> PathBuf {
     }
 }
 
-fn is_glob(path: &Path) -> bool {
+/// Whether a path given has glob wildcards (`*`, `?`, `[`).
+pub(crate) fn is_glob(path: &Path) -> bool {
     path.to_string_lossy().contains(['*', '?', '['])
 }
 
@@ -391,7 +392,7 @@ fn walk(
     };
     // A folder reached twice (a symbolic link to a folder above it, or to one walked already)
     // is walked once.
-    let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let canonical = canonical(dir);
     if !walked.insert(canonical.clone()) {
         problem(
             listing,

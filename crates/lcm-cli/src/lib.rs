@@ -312,8 +312,7 @@ fn through_daemon(
 }
 
 /// Runs `command` with `app` (here, or inside a daemon for a CLI).
-pub(crate) fn dispatch(app: &App, command: &Command) -> Result<()> {
-    let ctx = app;
+pub(crate) fn dispatch(ctx: &App, command: &Command) -> Result<()> {
     match command {
         Command::Import(args) => import_commands::import(ctx, args),
         Command::Grep(args) => commands::grep(ctx, args),

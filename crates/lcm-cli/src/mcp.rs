@@ -4,19 +4,16 @@
 //! stdout until the client closes stdin (or SIGTERM / Ctrl-C), then shuts the runtime down
 //! gracefully. stdout carries the protocol only: logs and notices go to stderr.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use lcm_engine::runtime::{Runtime, RuntimeOptions};
 use lcm_mcp::{McpOptions, Stopped};
-use lcm_search::DataDir;
 use lcm_server::shutdown_signal;
 
 use crate::App;
-use crate::control::Control;
-use crate::follow::Watching;
+use crate::control::Holding;
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
@@ -47,14 +44,9 @@ async fn run(app: &App, args: &McpArgs) -> Result<()> {
     let runtime = Runtime::open(RuntimeOptions::dir(&app.data_dir, app.config.clone()))
         .await
         .with_context(|| format!("cannot open the data directory {}", app.data_dir.display()))?;
-    // The CLI on this data directory runs its commands through this process meanwhile.
-    let held = DataDir::from_parts(
-        app.data_dir.clone(),
-        Arc::clone(runtime.store()),
-        Arc::clone(runtime.index()),
-    );
-    let watching = Watching::start(&held, &app.config, "lcm mcp")?;
-    let mut control = Control::start(held, app.config.clone(), "lcm mcp")?;
+    // The CLI on this data directory runs its commands through this process meanwhile, and
+    // the [watch] paths are followed.
+    let holding = Holding::start(app, &runtime, "lcm mcp")?;
     let options = McpOptions {
         session_key: args.session.clone(),
         shutdown_grace: Duration::from_secs(app.config.server.shutdown_grace_s),
@@ -64,27 +56,13 @@ async fn run(app: &App, args: &McpArgs) -> Result<()> {
         None => "no working session".to_owned(),
     };
     // Before saying it serves: from then on SIGTERM / SIGINT stop it gracefully.
-    let signal = shutdown_signal();
-    let stopper = control.stopper();
-    let stop_watching = watching.as_ref().map(Watching::stopper);
-    let stop = async move {
-        signal.await;
-        stopper.begin();
-        if let Some(flag) = stop_watching {
-            flag.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-    };
+    let stop = holding.stop_on(shutdown_signal());
     eprintln!(
         "lcm mcp: serving MCP on stdin/stdout (data: {}, {working}); closing stdin stops it",
         app.data_dir.display(),
     );
     let stopped = lcm_mcp::serve_stdio(runtime, &options, stop).await;
-    tokio::task::block_in_place(|| {
-        control.stop();
-        if let Some(watching) = watching {
-            watching.stop();
-        }
-    });
+    holding.stop();
     let stopped = stopped?;
     let why = match stopped {
         Stopped::Closed => "the client closed the connection",

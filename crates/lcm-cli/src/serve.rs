@@ -5,17 +5,14 @@
 //! it (`crate::control`).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use lcm_engine::runtime::{Runtime, RuntimeOptions};
-use lcm_search::DataDir;
 use lcm_server::{Server, ServerOptions, TokenSource, shutdown_signal};
 
 use crate::App;
-use crate::control::Control;
-use crate::follow::Watching;
+use crate::control::Holding;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -53,27 +50,13 @@ async fn run(app: &App, args: &ServeArgs) -> Result<()> {
             return Err(error.into());
         }
     };
-    // The CLI on this data directory runs its commands through this daemon from now on.
-    let held = DataDir::from_parts(
-        app.data_dir.clone(),
-        Arc::clone(runtime.store()),
-        Arc::clone(runtime.index()),
-    );
+    // The CLI on this data directory runs its commands through this daemon from now on, and
+    // the [watch] paths are followed.
+    let holding = Holding::start(app, &runtime, "lcm serve")?;
     drop(runtime);
-    let watching = Watching::start(&held, &app.config, "lcm serve")?;
-    let mut control = Control::start(held, app.config.clone(), "lcm serve")?;
     // Before saying it listens: from then on SIGTERM / SIGINT stop it gracefully (and the CLI
     // commands it runs are interrupted first).
-    let signal = shutdown_signal();
-    let stopper = control.stopper();
-    let stop_watching = watching.as_ref().map(Watching::stopper);
-    let stop = async move {
-        signal.await;
-        stopper.begin();
-        if let Some(flag) = stop_watching {
-            flag.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-    };
+    let stop = holding.stop_on(shutdown_signal());
     let addr = server.local_addr();
     match (server.token_source(), server.token()) {
         (TokenSource::Generated(path), Some(token)) => {
@@ -98,12 +81,7 @@ async fn run(app: &App, args: &ServeArgs) -> Result<()> {
         app.data_dir.display()
     );
     let served = server.run(stop).await;
-    tokio::task::block_in_place(|| {
-        control.stop();
-        if let Some(watching) = watching {
-            watching.stop();
-        }
-    });
+    holding.stop();
     served?;
     eprintln!("lcm serve: stopped");
     Ok(())

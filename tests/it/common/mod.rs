@@ -7,6 +7,28 @@ use lcm::core::config::Config;
 use lcm::search::DataDir;
 use lcm::store::{Store, StoreOptions};
 
+/// `lcm --data-dir DATA_DIR ARGS...`, run to its end (no configuration from the environment).
+pub fn lcm(data_dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lcm"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .env_remove("LCM_CONFIG")
+        .output()
+        .expect("run lcm")
+}
+
+/// The JSON value a successful `lcm --json` printed (failing the test with its stderr if it
+/// did not succeed).
+pub fn json(output: &std::process::Output) -> serde_json::Value {
+    assert!(
+        output.status.success(),
+        "lcm failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("stdout is JSON")
+}
+
 /// `../shared/data` beside the repository, if present (a fresh clone of the project alone has
 /// none: tests that need it skip with a message).
 pub fn shared_data() -> Option<PathBuf> {
