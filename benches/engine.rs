@@ -433,5 +433,89 @@ fn agent_span(bytes: usize) -> Vec<lcm::core::message::Message> {
     out
 }
 
-criterion_group!(benches, assembly, compaction_overhead);
+/// A whole imported history compacted at once: a session of `n` messages appended with no
+/// compaction (as `lcm import` leaves it), then compaction runs until the context is under the
+/// goal of a 128k-token budget, with the offline structured summariser. The cost of a pass
+/// must not grow with the raw history still waiting, or this is quadratic in `n`.
+fn compaction_of_history(c: &mut Criterion) {
+    let mut group = c.benchmark_group("compaction_history");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let summarizer = StructuredSummarizer::new(counter());
+    let config = CompactionConfig::default();
+    let sizes: &[u64] = if std::env::var_os("LCM_BENCH_QUICK").is_some() {
+        &[10_000]
+    } else {
+        &[10_000, 100_000]
+    };
+    for &n in sizes {
+        let template = tempfile::tempdir().expect("tmp");
+        let session = {
+            let store = Store::open(
+                template.path().join("lcm.redb"),
+                StoreOptions::new(counter()),
+            )
+            .expect("open");
+            let session = store.create_session("history", None).expect("session");
+            let words = corpus::Words::new(20_000);
+            let mut k = 0;
+            while k < n {
+                let end = (k + 10_000).min(n);
+                let batch: Vec<NewMessage> = (k..end).map(|i| corpus::message(&words, i)).collect();
+                store.append_batch(session, batch).expect("append");
+                k = end;
+            }
+            session
+        };
+        group.throughput(Throughput::Elements(n));
+        group.bench_function(format!("{n}_messages_to_128k_budget"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let copy = tempfile::tempdir().expect("tmp");
+                    std::fs::copy(
+                        template.path().join("lcm.redb"),
+                        copy.path().join("lcm.redb"),
+                    )
+                    .expect("copy");
+                    let store =
+                        Store::open(copy.path().join("lcm.redb"), StoreOptions::new(counter()))
+                            .expect("open");
+                    let t = Instant::now();
+                    loop {
+                        let report = runtime
+                            .block_on(compact(
+                                &store,
+                                session,
+                                128_000,
+                                &config,
+                                &summarizer,
+                                |_| {},
+                            ))
+                            .expect("compact");
+                        if report.reached_goal || report.passes.is_empty() {
+                            assert!(report.reached_goal, "compaction stopped above its goal");
+                            break;
+                        }
+                    }
+                    total += t.elapsed();
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    assembly,
+    compaction_overhead,
+    compaction_of_history
+);
 criterion_main!(benches);

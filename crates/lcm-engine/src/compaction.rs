@@ -11,7 +11,14 @@
 //!   too, past the chunk if need be;
 //! - a **condensed pass** when no leaf pass can reach the aim and `condensed_fanout` summaries
 //!   of one depth sit side by side in the context (the oldest such run), into one summary a
-//!   level deeper.
+//!   level deeper. When no two summaries of one depth stand together and no raw message can be
+//!   spared, neighbours of different depths merge (one deeper than the deepest, choosing the
+//!   run that deepens the DAG least) rather than a lone summary being re-summarised deeper.
+//!
+//! A run assembles the context once and patches it after each applied pass (the summary in
+//! place of its sources, as the store wrote it), so a pass costs its own span however much raw
+//! history waits; the context is assembled again before the run ends, so its report and its
+//! decision to stop are measured on the real context.
 //!
 //! Every summary has a [`Digest`] of its span (requests, files, commands, errors, open
 //! commitments; see `lcm_core::digest`): built from the messages for a leaf, with the items the
@@ -44,14 +51,17 @@ use lcm_core::config::CompactionConfig;
 use lcm_core::digest::{Commitment, CommitmentKind, Digest};
 use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part};
-use lcm_core::summary::{NewSummary, NodeRef, SummaryKind};
+use lcm_core::summary::{ContextState, NewSummary, NodeRef, Summary, SummaryKind};
 use lcm_core::tokens::TokenCounter;
 use lcm_llm::structured::{commitments_section, extract};
 use lcm_llm::summarize::{Summarizer, SummaryRequest, summarize_with_escalation};
 use lcm_store::{ApplyOutcome, Store, StoreError, StoreReader};
 use serde::Serialize;
 
-use crate::assembly::{ContextItem, assemble, files_attribute, open_after, shown_message};
+use crate::assembly::{
+    AssembledContext, ContextItem, assemble, files_attribute, open_after, render_summary,
+    shown_message,
+};
 
 /// Tokens reserved for the header the engine adds to every summary (id, kind, depth, times,
 /// covered ids, files); checked against real renderings in the tests.
@@ -259,8 +269,12 @@ async fn run(
     let counter = store.counter();
     let thresholds = config.thresholds(budget);
     let (goal, hard, aim) = (thresholds.soft, thresholds.hard, thresholds.target);
-    // One assembly per pass: it both measures the context and is what the next pass plans on.
+    // The context the passes are planned on: assembled once, then patched after each pass
+    // (the summary in place of its sources), so a pass costs the same however much raw
+    // history waits behind it. A patched context is exact but for the open-commitments block
+    // (and messages appended meanwhile): it is assembled again before the run may end.
     let mut ctx = store.with(move |s| assemble(s, session)).await??;
+    let mut patched = false;
     let tokens_before = ctx.tokens;
     let mut report = CompactionReport {
         session,
@@ -273,26 +287,38 @@ async fn run(
         reached_goal: tokens_before <= goal,
     };
     let mut attempts = 0;
-    while report.tokens_after > goal && report.passes.len() < config.max_passes {
+    loop {
+        let planned = if report.tokens_after > goal && report.passes.len() < config.max_passes {
+            let tail_max_tokens = (config.fresh_tail_max_share * budget as f64) as u64;
+            let excess = ctx.tokens.saturating_sub(aim);
+            plan(
+                &ctx.items,
+                config,
+                ctx.tokens > hard,
+                tail_max_tokens,
+                excess,
+            )
+        } else {
+            None
+        };
+        let Some(pass) = planned else {
+            if !patched {
+                break;
+            }
+            // Before ending, measure the real context (and plan on it if it is still above).
+            ctx = store.with(move |s| assemble(s, session)).await??;
+            patched = false;
+            report.tokens_after = ctx.tokens;
+            continue;
+        };
         attempts += 1;
         if attempts > config.max_passes * 2 {
             break; // Only reachable if spans keep changing under us; never loop forever.
         }
-        let tail_max_tokens = (config.fresh_tail_max_share * budget as f64) as u64;
-        let excess = ctx.tokens.saturating_sub(aim);
-        let planned = plan(
-            &ctx.items,
-            config,
-            ctx.tokens > hard,
-            tail_max_tokens,
-            excess,
-        );
-        let Some(pass) = planned else {
-            break;
-        };
         let prepare_config = config.clone();
+        let prepared_pass = pass.clone();
         let (mut request, sources, kind, depth, files) = store
-            .with(move |s| prepare(s, session, &pass, &prepare_config))
+            .with(move |s| prepare(s, session, &prepared_pass, &prepare_config))
             .await??;
         // The summary must pay for its header too, or the pass would grow the context. `plan`
         // only proposes spans worth it, measured on the stored counts `prepare` reads too, so
@@ -300,6 +326,7 @@ async fn run(
         // (bounded by `attempts`) rather than end the run while other passes may be possible.
         if !worth_summarising(u64::from(request.input_tokens)) {
             ctx = store.with(move |s| assemble(s, session)).await??;
+            patched = false;
             report.tokens_after = ctx.tokens;
             continue;
         }
@@ -348,7 +375,7 @@ async fn run(
             .with(move |s| s.apply_summary(new, Vec::new()))
             .await??
         {
-            ApplyOutcome::Applied { summary, .. } => {
+            ApplyOutcome::Applied { summary, context } => {
                 let pass_report = PassReport {
                     summary: summary.id,
                     kind,
@@ -361,15 +388,94 @@ async fn run(
                 };
                 observer.after_apply(&pass_report);
                 report.passes.push(pass_report);
+                if patch(&mut ctx, &pass, summary, context) {
+                    patched = true;
+                } else {
+                    ctx = store.with(move |s| assemble(s, session)).await??;
+                    patched = false;
+                }
             }
-            ApplyOutcome::Stale { .. } => report.stale += 1,
+            ApplyOutcome::Stale { .. } => {
+                report.stale += 1;
+                ctx = store.with(move |s| assemble(s, session)).await??;
+                patched = false;
+            }
         }
-        ctx = store.with(move |s| assemble(s, session)).await??;
         report.tokens_after = ctx.tokens;
     }
     report.reached_goal = report.tokens_after <= goal;
     Ok(report)
 }
+
+/// Puts an applied pass's summary in place of its sources in `ctx`, as the store did in the
+/// same transaction (`context` is the state it wrote), so the next pass plans without reading
+/// the raw history again. The open-commitments block is left as it was (the run assembles the
+/// context again before it ends). Returns false, leaving `ctx` to be assembled again, when the
+/// sources are not where the pass found them.
+fn patch(ctx: &mut AssembledContext, pass: &Pass, summary: Summary, context: ContextState) -> bool {
+    let summaries_end = ctx
+        .items
+        .iter()
+        .position(|i| !matches!(i, ContextItem::Summary { .. }))
+        .unwrap_or(ctx.items.len());
+    let (start, len) = match pass {
+        Pass::Leaf { messages } => {
+            let Some(first) = ctx
+                .items
+                .iter()
+                .position(|i| matches!(i, ContextItem::Message(_)))
+            else {
+                return false;
+            };
+            (first, messages.len())
+        }
+        Pass::Condensed { summaries, .. } => {
+            let Some(first) = ctx.items[..summaries_end].iter().position(
+                |i| matches!(i, ContextItem::Summary { summary, .. } if Some(&summary.id) == summaries.first()),
+            ) else {
+                return false;
+            };
+            (first, summaries.len())
+        }
+    };
+    let sources: Vec<NodeRef> = match pass {
+        Pass::Leaf { messages } => messages.iter().map(|id| NodeRef::Message(*id)).collect(),
+        Pass::Condensed { summaries, .. } => {
+            summaries.iter().map(|id| NodeRef::Summary(*id)).collect()
+        }
+    };
+    let found = ctx.items.get(start..start + len).is_some_and(|items| {
+        items
+            .iter()
+            .zip(&sources)
+            .all(|(item, source)| match (item, source) {
+                (ContextItem::Message(m), NodeRef::Message(id)) => m.id == *id,
+                (ContextItem::Summary { summary, .. }, NodeRef::Summary(id)) => summary.id == *id,
+                _ => false,
+            })
+    });
+    if !found {
+        return false;
+    }
+    let rendered = render_summary(&summary);
+    let item = ContextItem::Summary { summary, rendered };
+    match pass {
+        // A leaf joins the end of the summaries; its messages were the oldest raw ones.
+        Pass::Leaf { .. } => {
+            ctx.items.drain(start..start + len);
+            ctx.items.insert(summaries_end, item);
+        }
+        Pass::Condensed { .. } => {
+            ctx.items.splice(start..start + len, [item]);
+        }
+    }
+    ctx.state = context;
+    ctx.tokens = ctx.items.iter().map(ContextItem::tokens).sum();
+    true
+}
+
+/// A top-level summary as the planner sees it: id, depth and tokens.
+type TopSummary = (SummaryId, u32, u64);
 
 /// Chooses the next pass for a context, or `None` when nothing can be compacted.
 /// `over_hard` allows compacting into the fresh tail (down to its last two messages). The
@@ -390,7 +496,7 @@ pub fn plan(
     tail_max_tokens: u64,
     excess: u64,
 ) -> Option<Pass> {
-    let summaries: Vec<(SummaryId, u32, u64)> = items
+    let summaries: Vec<TopSummary> = items
         .iter()
         .filter_map(|i| match i {
             ContextItem::Summary { summary, .. } => {
@@ -399,8 +505,8 @@ pub fn plan(
             _ => None,
         })
         .collect();
-    let span_tokens = |span: &[(SummaryId, u32, u64)]| span.iter().map(|s| s.2).sum::<u64>();
-    let ids = |span: &[(SummaryId, u32, u64)]| span.iter().map(|s| s.0).collect::<Vec<_>>();
+    let span_tokens = |span: &[TopSummary]| span.iter().map(|s| s.2).sum::<u64>();
+    let ids = |span: &[TopSummary]| span.iter().map(|s| s.0).collect::<Vec<_>>();
     let fanout = config.condensed_fanout;
 
     // Leaf: the oldest raw span outside the fresh tail, just long enough to remove `excess`.
@@ -504,13 +610,25 @@ pub fn plan(
                 messages: raw[..end].iter().map(|m| m.id).collect(),
             });
         }
+        // No same-depth neighbours and no raw message to spare: merge neighbours of different
+        // depths, where that deepens the DAG least. (Re-summarising a lone summary instead, as
+        // below, would build a chain one level deeper per compaction when each new leaf lands
+        // beside an older, deeper summary.) Above the hard threshold, `max_depth` yields.
+        if let Some(run) = mixed_run(&summaries, fanout)
+            && (over_hard || config.max_depth.is_none_or(|max| run.0 < max))
+        {
+            return Some(Pass::Condensed {
+                depth: run.0 + 1,
+                summaries: ids(run.1),
+            });
+        }
     }
 
-    // Above the hard threshold with no raw span left: condense the oldest run of same-depth
-    // summaries even if it is shorter than the fanout (a single summary is re-summarised one
-    // level deeper), passing over runs too small to be worth a summary (a lone summary of a
-    // few words). Every pass at least halves what it covers, so this converges; the hard
-    // threshold takes precedence over `max_depth`.
+    // Above the hard threshold with a single summary (or none worth merging) and no raw span
+    // left: condense the oldest run of same-depth summaries even if it is shorter than the
+    // fanout (a single summary is re-summarised one level deeper), passing over runs too small
+    // to be worth a summary (a lone summary of a few words). Every pass at least halves what it
+    // covers, so this converges; the hard threshold takes precedence over `max_depth`.
     if over_hard {
         let mut start = 0;
         while start < summaries.len() {
@@ -530,6 +648,22 @@ pub fn plan(
         }
     }
     None
+}
+
+/// The neighbouring summaries to merge when no run of one depth can be: of the runs of
+/// `fanout` (or all, if fewer) summaries side by side, the one whose deepest summary is
+/// shallowest (the oldest of those), with that depth; `None` for fewer than two summaries or
+/// when no such run is worth a summary.
+fn mixed_run(summaries: &[TopSummary], fanout: usize) -> Option<(u32, &[TopSummary])> {
+    let width = fanout.min(summaries.len());
+    if width < 2 {
+        return None;
+    }
+    summaries
+        .windows(width)
+        .filter(|run| worth_summarising(run.iter().map(|s| s.2).sum()))
+        .map(|run| (run.iter().map(|s| s.1).max().unwrap_or(0), run))
+        .min_by_key(|(deepest, _)| *deepest)
 }
 
 /// The target of a summary over `input_tokens`: the configured size, but never above a third

@@ -74,7 +74,8 @@ impl Store {
     /// Writes a prepared summary and swaps it into its session's context, atomically, if the
     /// context still holds exactly its sources: for a leaf, the oldest raw messages from the
     /// context's frontier on; for a condensed summary, a contiguous run of the context's
-    /// top-level summaries, all one depth below it. Otherwise returns [`ApplyOutcome::Stale`]
+    /// top-level summaries, the deepest of them one depth below it (a run of one depth is the
+    /// usual case; compaction over the hard threshold may merge neighbours of different depths). Otherwise returns [`ApplyOutcome::Stale`]
     /// and writes nothing. Malformed summaries (no sources, wrong kinds or depths, another
     /// session's nodes) are [`StoreError::InvalidMessage`] errors.
     pub fn apply_summary(
@@ -167,21 +168,23 @@ impl Store {
                                 .into(),
                         });
                     }
+                    let mut deepest = 0;
                     for id in &ids {
                         let bytes = summaries.get(id.0)?.ok_or_else(|| StoreError::Corrupt {
                             table: "context",
                             detail: format!("context of {} points at missing {id}", new.session),
                         })?;
                         let s: SummaryRecord = codec::decode("summaries", bytes.value())?;
-                        if s.depth + 1 != new.depth {
-                            return Err(StoreError::InvalidMessage(format!(
-                                "{id} has depth {}, a condensed summary of depth {} needs depth {}",
-                                s.depth,
-                                new.depth,
-                                new.depth.saturating_sub(1)
-                            )));
-                        }
+                        deepest = deepest.max(s.depth);
                         agg.add_summary(&s);
+                    }
+                    if deepest + 1 != new.depth {
+                        return Err(StoreError::InvalidMessage(format!(
+                            "the deepest source has depth {deepest}: a condensed summary over \
+                             these sources has depth {}, not {}",
+                            deepest + 1,
+                            new.depth
+                        )));
                     }
                     new_state.summaries.drain(start..start + ids.len());
                     insert_at = start;

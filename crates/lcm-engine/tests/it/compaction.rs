@@ -445,6 +445,16 @@ fn long_text(tag: usize, sentences: usize) -> String {
         .collect()
 }
 
+/// Prose that opens no commitment (no steps, fixes or errors): the context is summaries and
+/// messages only.
+fn plain_text(tag: usize, sentences: usize) -> String {
+    (0..sentences)
+        .map(|j| {
+            format!("Note {tag}.{j}: the survey of region {j} counted {tag} birds near the lake. ")
+        })
+        .collect()
+}
+
 /// An assistant message calling tool `id`, and the tool's result.
 fn tool_exchange(id: &str, result: String) -> [NewMessage; 2] {
     let mut call = NewMessage::text(Role::Assistant, "Let me look.");
@@ -748,4 +758,110 @@ async fn real_session_with_6k_leaf_chunks_reaches_the_goal() {
     );
     assert_eq!(reachable(&store, session), all_messages(&store, session));
     assert_leaf_spans_closed(&store, session);
+}
+
+/// History arriving in rounds, each compacted under a budget that holds only a summary or two
+/// (an import compacted as it goes): when no two summaries of one depth stand side by side,
+/// the run merges neighbours of different depths instead of re-summarising a lone summary one
+/// level deeper, which used to build a chain of summaries each covering exactly what the one
+/// below it covered. Nothing is lost, and the last run's report is the context's real size.
+#[tokio::test]
+async fn rounds_under_a_small_budget_merge_neighbours_instead_of_chaining() {
+    let store = store();
+    let s = store.create_session("s", None).unwrap();
+    let config = CompactionConfig {
+        fresh_tail: 4,
+        ..CompactionConfig::default()
+    };
+    let budget = 3_000;
+    let summarizer = ExtractiveSummarizer::new(counter());
+    for round in 0..12 {
+        for i in 0..30 {
+            store
+                .append(
+                    s,
+                    NewMessage::text(Role::Assistant, plain_text(round * 100 + i, 8)),
+                )
+                .unwrap();
+        }
+        loop {
+            let report = compact(&store, s, budget, &config, &summarizer, |_| {})
+                .await
+                .unwrap();
+            assert_eq!(
+                report.tokens_after,
+                assemble(&store, s).unwrap().tokens,
+                "round {round}: the report measures the context as it stands"
+            );
+            if report.reached_goal || report.passes.is_empty() {
+                let items: Vec<(bool, u64)> = assemble(&store, s)
+                    .unwrap()
+                    .items
+                    .iter()
+                    .map(|i| (matches!(i, ContextItem::Summary { .. }), i.tokens()))
+                    .collect();
+                assert!(report.reached_goal, "round {round}: {report:?} {items:?}");
+                break;
+            }
+        }
+    }
+    let summaries = store.session_summaries(s).unwrap();
+    let lone: Vec<_> = summaries
+        .iter()
+        .filter(|m| m.kind == SummaryKind::Condensed && m.sources.len() == 1)
+        .map(|m| (m.id, m.depth))
+        .collect();
+    assert!(lone.is_empty(), "lone re-summarisations: {lone:?}");
+    let deepest = summaries.iter().map(|m| m.depth).max().unwrap_or(0);
+    assert!(deepest <= 12, "a DAG {deepest} levels deep after 12 rounds");
+    assert_eq!(reachable(&store, s), all_messages(&store, s));
+}
+
+/// A whole imported history (many runs of `max_passes` passes, planned on a context patched
+/// pass after pass rather than read again) ends exactly where a fresh assembly says, under the
+/// goal, every message reachable once and no tool call cut from its result.
+#[tokio::test]
+async fn a_long_history_compacted_in_many_runs_ends_measured_and_whole() {
+    let store = store();
+    let s = store.create_session("s", None).unwrap();
+    let mut batch = Vec::new();
+    for i in 0..1_500 {
+        if i % 5 == 0 {
+            batch.extend(tool_exchange(&format!("call_{i}"), long_text(i, 3)));
+        } else {
+            batch.push(NewMessage::text(Role::User, long_text(i, 2)));
+        }
+    }
+    store.append_batch(s, batch).unwrap();
+    let config = CompactionConfig {
+        leaf_chunk_tokens: 2_000,
+        max_passes: 8,
+        ..CompactionConfig::default()
+    };
+    let budget = 16_000;
+    let summarizer = ExtractiveSummarizer::new(counter());
+    let mut runs = 0;
+    loop {
+        runs += 1;
+        let report = compact(&store, s, budget, &config, &summarizer, |_| {})
+            .await
+            .unwrap();
+        assert!(report.passes.len() <= config.max_passes);
+        assert_eq!(report.tokens_after, assemble(&store, s).unwrap().tokens);
+        if report.reached_goal {
+            break;
+        }
+        assert!(!report.passes.is_empty(), "{report:?}");
+    }
+    assert!(
+        runs > 5,
+        "the history took {runs} runs: not the case under test"
+    );
+    assert!(!needs_compaction(
+        assemble(&store, s).unwrap().tokens,
+        budget,
+        &config
+    ));
+    assert_eq!(reachable(&store, s), all_messages(&store, s));
+    assert_leaf_spans_closed(&store, s);
 }

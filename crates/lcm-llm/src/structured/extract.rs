@@ -160,6 +160,11 @@ pub fn resolutions<'m>(
     let none = |_: &str| None;
     let mut tracker = Tracker::new(open, &none);
     for m in messages {
+        // Once nothing carried is open, no later message can resolve more of it (a long raw
+        // tail is not read to its end for nothing).
+        if !tracker.carried_open() {
+            break;
+        }
         tracker.message(m);
     }
     tracker.finish().resolved
@@ -193,6 +198,13 @@ impl<'a> Tracker<'a> {
             file_for_path,
             made: Vec::new(),
         }
+    }
+
+    /// Whether any item carried in at the start is still open. Carried items come first in
+    /// both lists (later ones are pushed behind them, removals keep the order).
+    fn carried_open(&self) -> bool {
+        self.open.first().is_some_and(|o| o.carried)
+            || self.errors.first().is_some_and(|e| e.carried)
     }
 
     /// Takes in the next message.

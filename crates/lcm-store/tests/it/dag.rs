@@ -135,6 +135,60 @@ fn condensed_summaries_replace_a_run_in_place_and_aggregate() {
     assert_eq!(all.last().unwrap().id, top.id);
 }
 
+/// Neighbours of different depths may be condensed together (compaction does so over the hard
+/// threshold rather than re-summarise a lone summary): the new summary is one deeper than its
+/// deepest source, and any other depth is refused, writing nothing.
+#[test]
+fn neighbours_of_different_depths_condense_one_deeper_than_the_deepest() {
+    let (store, s, ids) = store_with(12);
+    let leaves: Vec<SummaryId> = (0..3)
+        .map(|i| {
+            applied(
+                store
+                    .apply_summary(leaf(s, &ids[i * 3..i * 3 + 3]), vec![])
+                    .unwrap(),
+            )
+            .id
+        })
+        .collect();
+    let deep = applied(
+        store
+            .apply_summary(condensed(s, 1, &leaves[..2]), vec![])
+            .unwrap(),
+    );
+    // Context: [depth 1, depth 0].
+    let mixed = [deep.id, leaves[2]];
+    let before = store.context(s).unwrap();
+    for wrong in [1, 3] {
+        let err = store
+            .apply_summary(condensed(s, wrong, &mixed), vec![])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "the deepest source has depth 1: a condensed summary over these sources has depth 2"
+            ),
+            "{err}"
+        );
+    }
+    assert_eq!(store.context(s).unwrap(), before);
+    assert_eq!(store.summary_count().unwrap(), 4);
+    let top = applied(
+        store
+            .apply_summary(condensed(s, 2, &mixed), vec![])
+            .unwrap(),
+    );
+    assert_eq!((top.depth, top.descendant_messages), (2, 9));
+    assert_eq!((top.first_seq, top.last_seq), (0, 8));
+    assert_eq!(store.context(s).unwrap().summaries, vec![top.id]);
+    assert_eq!(store.context_messages(s).unwrap(), ids.to_vec());
+    assert!(
+        lcm_store::integrity::check(&store, None)
+            .unwrap()
+            .is_clean(),
+        "integrity after a mixed-depth condensation"
+    );
+}
+
 #[test]
 fn malformed_summaries_are_errors_and_change_nothing() {
     let (store, s, ids) = store_with(6);
