@@ -1160,7 +1160,7 @@ impl Cursor {
         }
     }
 
-    fn decode(text: &str, fingerprint: u64) -> Result<Cursor> {
+    pub(crate) fn decode(text: &str, fingerprint: u64) -> Result<Cursor> {
         let bad = || StoreError::InvalidCursor(format!("`{text}` is not a cursor lcm issued"));
         let (head, print) = text.split_once('.').ok_or_else(bad)?;
         let print = u64::from_str_radix(print, 16).map_err(|_| bad())?;
