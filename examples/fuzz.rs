@@ -90,7 +90,7 @@ fn main() -> anyhow::Result<()> {
     }
     if !args.targets.is_empty() {
         for name in &args.targets {
-            if !all.iter().any(|t| &t.name == name) {
+            if !all.iter().any(|t| t.name == name) {
                 bail!("no target named {name} (--list lists them)");
             }
         }

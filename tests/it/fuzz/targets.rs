@@ -394,7 +394,7 @@ fn config_toml(bytes: &[u8]) -> Outcome {
             let text = error.to_string();
             let mut lines = text.lines().filter(|l| !l.trim().is_empty());
             let first = lines.next().unwrap_or_default();
-            Outcome::err(format!("{first} {}", lines.last().unwrap_or_default()))
+            Outcome::err(format!("{first} {}", lines.next_back().unwrap_or_default()))
         }
         Ok(config) => {
             // What the CLI and the daemon derive from it at start.
@@ -424,7 +424,8 @@ fn cursors(bytes: &[u8]) -> Outcome {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return Outcome::err("not UTF-8");
     };
-    let decoders: [(&str, fn(&str, u64) -> Result<String, String>); 3] = [
+    type Decode = fn(&str, u64) -> Result<String, String>;
+    let decoders: [(&str, Decode); 3] = [
         ("grep", lcm::search::fuzzing::grep_cursor),
         ("lcm_grep", lcm::engine::tools::fuzzing::grep_tool_cursor),
         ("lcm_expand", lcm::engine::tools::fuzzing::expand_cursor),
@@ -648,12 +649,12 @@ fn import_target() -> TargetFn {
     let options = lcm::store::StoreOptions::new(lcm::TokenCounter::new(
         Config::default().tokenizer.encoding(),
     ));
-    let mut store = lcm::Store::open_in_memory(options.clone()).expect("store");
+    let mut store = lcm::Store::open_in_memory(options).expect("store");
     let mut runs = 0u64;
     Box::new(move |bytes: &[u8]| {
         runs += 1;
-        if runs % 500 == 0 {
-            match lcm::Store::open_in_memory(options.clone()) {
+        if runs.is_multiple_of(500) {
+            match lcm::Store::open_in_memory(options) {
                 Ok(fresh) => store = fresh,
                 Err(e) => return Outcome::Violation(format!("cannot open a store: {e}")),
             }
