@@ -18,6 +18,7 @@ mod embed_server;
 mod explorer;
 #[cfg(unix)]
 mod follow;
+mod fuzz;
 mod grep_property;
 mod import_folders;
 mod import_huge_line;

@@ -1160,7 +1160,7 @@ impl Cursor {
         }
     }
 
-    fn decode(text: &str, fingerprint: u64) -> Result<Cursor> {
+    pub(crate) fn decode(text: &str, fingerprint: u64) -> Result<Cursor> {
         let bad = || StoreError::InvalidCursor(format!("`{text}` is not a cursor lcm issued"));
         let (head, print) = text.split_once('.').ok_or_else(bad)?;
         let print = u64::from_str_radix(print, 16).map_err(|_| bad())?;
@@ -1169,8 +1169,9 @@ impl Cursor {
                 "this cursor belongs to a different search (pattern, mode or scope changed)".into(),
             ));
         }
-        let kind = head.chars().next().ok_or_else(bad)?;
-        let number = u64::from_str_radix(&head[1..], 16).map_err(|_| bad())?;
+        let mut chars = head.chars();
+        let kind = chars.next().ok_or_else(bad)?;
+        let number = u64::from_str_radix(chars.as_str(), 16).map_err(|_| bad())?;
         match kind {
             'a' => Ok(Cursor::After(MessageId(number))),
             'r' => Ok(Cursor::Ranked(usize::try_from(number).map_err(|_| bad())?)),
@@ -1759,5 +1760,20 @@ mod tests {
         ));
         let r = Cursor::Ranked(40).encode(9);
         assert_eq!(Cursor::decode(&r, 9).unwrap(), Cursor::Ranked(40));
+    }
+
+    #[test]
+    fn a_cursor_starting_with_a_wide_character_is_refused() {
+        // Found by fuzzing (cursors): the kind was sliced off as one byte, which panicked
+        // inside a character of two or more bytes.
+        for kind in ["é", "漢", "🎉"] {
+            let text = format!("{kind}a1.{:016x}", 5);
+            match Cursor::decode(&text, 5) {
+                Err(StoreError::InvalidCursor(message)) => {
+                    assert!(message.contains("is not a cursor lcm issued"), "{message}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
     }
 }

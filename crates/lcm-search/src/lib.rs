@@ -20,6 +20,8 @@
 //! [`lcm_store::StoreError::Index`], saying what the index was doing.
 
 pub mod data_dir;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod grep;
 mod hybrid;
 pub mod index;

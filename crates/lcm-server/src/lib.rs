@@ -40,6 +40,8 @@ mod auth;
 mod error;
 mod events;
 mod explorer;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod handlers;
 mod messages;
 mod metrics;

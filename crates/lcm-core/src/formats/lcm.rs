@@ -165,14 +165,11 @@ pub fn parse_line(bytes: &[u8], ctx: &LineContext<'_>) -> Result<LineOutcome, Pa
     }]))
 }
 
-/// `created_at` as text (`Timestamp::parse`, or the `@{ms}ms` form `Timestamp` displays for
-/// times chrono cannot represent) or as a number of milliseconds.
+/// `created_at` as text (`Timestamp::parse`, which reads every form `Timestamp` displays) or
+/// as a number of milliseconds.
 fn timestamp(value: &Value) -> Option<Timestamp> {
     match value {
-        Value::String(text) => Timestamp::parse(text).ok().or_else(|| {
-            let millis = text.strip_prefix('@')?.strip_suffix("ms")?;
-            millis.parse().ok().map(Timestamp)
-        }),
+        Value::String(text) => Timestamp::parse(text).ok(),
         Value::Number(n) => n.as_i64().map(Timestamp),
         _ => None,
     }
@@ -328,6 +325,10 @@ mod tests {
             (Role::Tool, Timestamp(0)),
             (Role::System, Timestamp(-5)),
             (Role::Assistant, Timestamp(i64::MAX)),
+            // Found by fuzzing: after year 9999 the line said `+10000-01-01T00:00:00.000Z`,
+            // which did not read back.
+            (Role::User, Timestamp(253_402_300_800_000)),
+            (Role::User, Timestamp(-62_167_219_200_001)),
         ] {
             let msg = NewMessage {
                 role,

@@ -112,21 +112,21 @@ impl Tool for LcmExpand {
 /// Where a page starts: the root's index, the node to show next, and the byte offset in its
 /// content.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Resume {
+pub(super) struct Resume {
     root: usize,
     node: NodeRef,
     offset: usize,
 }
 
 impl Resume {
-    fn encode(&self, fingerprint: u64) -> String {
+    pub(super) fn encode(&self, fingerprint: u64) -> String {
         format!(
             "le1.{fingerprint:016x}.{}.{}.{}",
             self.root, self.node, self.offset
         )
     }
 
-    fn decode(text: &str, fingerprint: u64) -> Result<Resume, ToolError> {
+    pub(super) fn decode(text: &str, fingerprint: u64) -> Result<Resume, ToolError> {
         let bad = |why: &str| ToolError::InvalidRequest {
             tool: NAME.into(),
             message: format!(

@@ -181,7 +181,7 @@ struct Plan {
 
 /// Where a page starts (and where the next one will).
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Pos {
+pub(super) enum Pos {
     /// Summaries with ids from this number on.
     Summaries { from: u64 },
     /// The store's page at `cursor` (its start when `None`), from its `skip`-th hit on.
@@ -191,7 +191,7 @@ enum Pos {
 }
 
 impl Pos {
-    fn encode(&self, fingerprint: u64) -> String {
+    pub(super) fn encode(&self, fingerprint: u64) -> String {
         match self {
             Pos::Summaries { from } => format!("lg1.{fingerprint:016x}.s.{from}"),
             Pos::Scan { from } => format!("lg1.{fingerprint:016x}.x.{from}"),
@@ -202,7 +202,7 @@ impl Pos {
         }
     }
 
-    fn decode(text: &str, fingerprint: u64) -> Result<Pos, ToolError> {
+    pub(super) fn decode(text: &str, fingerprint: u64) -> Result<Pos, ToolError> {
         let bad = |why: &str| ToolError::InvalidRequest {
             tool: NAME.into(),
             message: format!(

@@ -24,6 +24,8 @@ mod error;
 mod expand;
 mod file_records;
 mod files;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod grep_tool;
 mod map_tools;
 mod registry;

@@ -41,6 +41,8 @@
 mod client_model;
 mod conversation;
 mod fit;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzzing;
 mod shape;
 mod sse;
 mod upstream;
