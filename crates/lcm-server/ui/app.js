@@ -253,10 +253,20 @@ async function sessionView(id) {
   loadTimeline(s.id, layout.raw_from > PAGE ? layout.raw_from : 0, false);
 }
 
-async function describeView(id) {
-  const d = await api(`/v1/describe/${encodeURIComponent(id)}?manifest_limit=100`);
+/** A card of facts and the function adding one (skipped when the value is missing). */
+function factList() {
   const facts = h("dl", { class: "facts card" });
   const fact = (k, v) => v !== undefined && v !== null && facts.append(h("dt", {}, k), h("dd", {}, v));
+  return [facts, fact];
+}
+
+/** The raw answer of lcm_describe, folded. */
+const rawDescribe = (d) => h("details", {}, h("summary", {}, "Everything lcm_describe says"), h("pre", {}, JSON.stringify(d, null, 2)));
+
+async function describeView(id) {
+  const d = await api(`/v1/describe/${encodeURIComponent(id)}?manifest_limit=100`);
+  if (d.type === "file") return fileView(d);
+  const [facts, fact] = factList();
   fact("Session", d.session ? link(d.session) : undefined);
   fact("Kind", d.kind);
   fact("Depth", d.depth);
@@ -276,8 +286,28 @@ async function describeView(id) {
     content ? h("div", { class: "card" }, h("pre", { id: "content" }, content)) : null,
     sources.length ? [h("h2", {}, d.sources?.count ? `Sources: ${fmt(d.sources.count)} messages, ${d.sources.first}..${d.sources.last}` : "Sources"), h("ul", { id: "sources" }, sources.map((n) =>
       h("li", {}, link(n.id), n.kind ? ` ${n.kind}${n.role ? ` (${n.role})` : ""}` : "", n.tokens !== undefined ? `, ${fmt(n.tokens)} tokens` : "")))] : null,
-    d.referenced_by?.length ? [h("h2", {}, "Referenced by"), h("ul", {}, d.referenced_by.map((m) => h("li", {}, link(m))))] : null,
-    h("details", {}, h("summary", {}, "Everything lcm_describe says"), h("pre", {}, JSON.stringify(d, null, 2))));
+    rawDescribe(d));
+}
+
+/** A file record (`lcm_describe` on a `file_N`): where it came from, its exploration summary,
+ * and the messages that refer to it, each with the summary that covers it if any. */
+function fileView(d) {
+  const [facts, fact] = factList();
+  fact("Session", d.session ? link(d.session) : undefined);
+  fact("Path", d.path);
+  fact("Kind", [d.kind, d.language].filter(Boolean).join(", ") || undefined);
+  fact("Media type", d.mime_type);
+  fact("Size", `${fmt(d.bytes)} bytes, ${fmt(d.tokens)} tokens`);
+  fact("Content in", d.content_in ? link(d.content_in) : undefined);
+  fact("Seen", d.seen_at);
+  fact("On disk now", d.on_disk ? [d.on_disk.state, d.on_disk.detail].filter(Boolean).join(": ") : undefined);
+  const referrers = d.referenced_by ?? [];
+  show(`${d.id} · file`,
+    facts,
+    d.exploration ? [h("h2", {}, "Exploration summary"), h("div", { class: "card" }, h("pre", { id: "content" }, d.exploration))] : null,
+    referrers.length ? [h("h2", {}, `Referenced by (${fmt(d.references ?? referrers.length)})`), h("ul", { id: "referenced-by" }, referrers.map((r) =>
+      h("li", {}, link(r.id), r.covered_by ? [", covered by ", link(r.covered_by)] : "")))] : null,
+    rawDescribe(d));
 }
 
 async function searchView(params) {
