@@ -906,6 +906,164 @@ fn eval_recall_scores_a_locomo_file_without_touching_the_data_directory() {
     assert!(String::from_utf8_lossy(&regex.stderr).contains("not regex"));
 }
 
+/// `lcm eval run` generates needle tasks from the TREC set, compacts each session, answers with
+/// the scripted arm (100%, the lossless guarantee) and writes the three reports; `lcm eval
+/// report` merges result files; `lcm eval generate` is deterministic; bad input says why.
+#[test]
+fn eval_run_writes_the_three_reports_and_report_merges_them() {
+    let Some(shared) = common::shared_data() else {
+        return;
+    };
+    let trec = shared.join("trec/TREC.train");
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().join("data");
+    let out = tmp.path().join("out");
+    let run = |seed: &str, out: &Path| {
+        lcm(
+            &data_dir,
+            &[
+                "eval",
+                "run",
+                "--trec",
+                trec.to_str().unwrap(),
+                "--family",
+                "needles",
+                "--length",
+                "8k",
+                "--length",
+                "16k",
+                "--seed",
+                seed,
+                "-q",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        )
+    };
+    let first = run("5", &out);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let table = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        table.contains("| needles | scripted | 8K | 1 | 1.000 |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| needles | scripted | 16K | 1 | 1.000 |"),
+        "{table}"
+    );
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        assert_eq!(r["score"], 1.0, "{r}");
+        assert!(r["calls"].as_u64().unwrap() >= 6, "{r}");
+        assert_eq!(r["arm"], "scripted");
+    }
+    let svg = std::fs::read_to_string(out.join("results.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("<polyline") && svg.contains(">16K<"));
+    assert!(
+        std::fs::read_to_string(out.join("results.md"))
+            .unwrap()
+            .contains("| needles |")
+    );
+    assert!(!data_dir.exists(), "the --data-dir is not the evaluation's");
+
+    // A second run merged with the first: two tasks per length.
+    let other = tmp.path().join("other");
+    assert!(run("6", &other).status.success());
+    let merged = tmp.path().join("merged");
+    let report = lcm(
+        &data_dir,
+        &[
+            "eval",
+            "report",
+            out.join("results.json").to_str().unwrap(),
+            other.join("results.json").to_str().unwrap(),
+            "--out",
+            merged.to_str().unwrap(),
+        ],
+    );
+    assert!(report.status.success());
+    assert!(
+        String::from_utf8_lossy(&report.stdout).contains("| needles | scripted | 8K | 2 | 1.000 |")
+    );
+
+    // The same seed gives the same task.
+    let generate = || {
+        lcm(
+            &data_dir,
+            &[
+                "eval",
+                "generate",
+                "--trec",
+                trec.to_str().unwrap(),
+                "--family",
+                "aggregation",
+                "--length",
+                "4k",
+                "--seed",
+                "3",
+            ],
+        )
+        .stdout
+    };
+    let task: Value = serde_json::from_slice(&generate()).unwrap();
+    assert_eq!(task["family"], "aggregation");
+    assert!(task["tokens"].as_u64().unwrap() <= 4_096);
+    assert_eq!(generate(), generate());
+
+    // Bad input: a length that is not one, an arm that cannot answer a family, a missing set,
+    // a result file that is not one (and nothing is written over the merged reports).
+    let not_results = tmp.path().join("not-results.json");
+    std::fs::write(&not_results, r#"{"score": 1}"#).unwrap();
+    let merged_before = std::fs::read(merged.join("results.json")).unwrap();
+    for (args, says) in [
+        (
+            vec!["eval", "run", "--trec", "x", "--length", "8x"],
+            "is not a length",
+        ),
+        (
+            vec![
+                "eval",
+                "run",
+                "--trec",
+                trec.to_str().unwrap(),
+                "--family",
+                "aggregation",
+            ],
+            "needle tasks only",
+        ),
+        (
+            vec!["eval", "run", "--trec", "/nonexistent/TREC"],
+            "cannot read /nonexistent/TREC",
+        ),
+        (
+            vec![
+                "eval",
+                "report",
+                not_results.to_str().unwrap(),
+                "--out",
+                merged.to_str().unwrap(),
+            ],
+            "not an lcm eval result file",
+        ),
+    ] {
+        let failed = lcm(&data_dir, &args);
+        assert!(!failed.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&failed.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        std::fs::read(merged.join("results.json")).unwrap(),
+        merged_before
+    );
+}
+
 /// `lcm --help` describes the whole tool, every command in its first screen; `lcm completions`
 /// prints a script for each shell (without a data directory or a readable configuration), and
 /// an unknown shell is a usage error naming the ones there are.

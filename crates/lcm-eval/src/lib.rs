@@ -5,6 +5,11 @@
 //!   the dialogue turns that hold their answers), read into lcm messages.
 //! - [`recall`]: recall of those evidence turns by each search mode (`lcm eval recall`):
 //!   recall@1/5/10 and MRR, overall and per question category.
+//! - [`tasks`]: procedurally generated tasks with exact answers (`lcm eval run`): aggregation
+//!   over hidden TREC labels, needles after compaction; [`trec`] reads the TREC set and
+//!   [`rng`] is the generators' deterministic random source.
+//! - [`scripted`]: the scripted retrieval arm (no model: lcm's tools and a fixed policy);
+//!   [`report`]: results as JSON, a Markdown table and an SVG plot.
 //!
 //! Architecture invariant: an evaluation imports its data into a data directory of its own
 //! and searches it through the same `lcm-search` entry point the tools use, so what it
@@ -12,6 +17,11 @@
 
 pub mod locomo;
 pub mod recall;
+pub mod report;
+pub mod rng;
+pub mod scripted;
+pub mod tasks;
+pub mod trec;
 
 /// What can go wrong in an evaluation.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +43,18 @@ pub enum EvalError {
     /// The store or the index failed.
     #[error(transparent)]
     Store(#[from] lcm_store::StoreError),
+    /// Compaction of a task's session failed.
+    #[error("compaction failed: {0}")]
+    Compaction(String),
+    /// A tool call of the scripted arm failed.
+    #[error("a tool call failed: {0}")]
+    Tool(String),
+    /// A report could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// The result type of this crate.
