@@ -19,7 +19,7 @@ const PEOPLE: [&str; 12] = [
 ];
 const REPLIES: [&str; 4] = [
     "Good question; I would file it under",
-    "Let me think. That one is about",
+    "That one, I believe, is about",
     "Noted. It reads as a question of",
     "Interesting. I would call it",
 ];

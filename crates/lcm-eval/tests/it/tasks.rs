@@ -197,9 +197,7 @@ fn needle_answers_are_right_and_planted_early() {
 }
 
 /// The scripted arm answers every needle question from a session compacted to a 4k budget, at
-/// every length up to 128K tokens, and up to a million with `LCM_EVAL_LONG=1` (two minutes in a
-/// debug build; docs/EVAL.md records the release figures): lcm lost nothing the tools cannot
-/// reach.
+/// every length up to a million tokens: lcm lost nothing the tools cannot reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripted_arm_finds_every_needle_after_compaction_up_to_1m_tokens() {
     let Some(items) = trec_items() else {
@@ -207,13 +205,7 @@ async fn the_scripted_arm_finds_every_needle_after_compaction_up_to_1m_tokens() 
     };
     let tmp = tempfile::tempdir().unwrap();
     let data = DataDir::open(tmp.path().join("data"), &Config::default()).unwrap();
-    let mut lengths = vec![8 << 10, 32 << 10, 128 << 10];
-    if std::env::var_os("LCM_EVAL_LONG").is_some() {
-        lengths.push(1 << 20);
-    } else {
-        eprintln!("1M tokens left out: set LCM_EVAL_LONG=1 to run it");
-    }
-    for tokens in lengths {
+    for tokens in [8 << 10, 32 << 10, 128 << 10, 1 << 20] {
         let task = needles::generate(&items, 7, tokens, counter());
         let run = scripted::run(&task, &data, 4_000).await.unwrap();
         eprintln!(
