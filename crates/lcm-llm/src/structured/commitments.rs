@@ -406,12 +406,50 @@ pub fn is_immediate(intent: &str) -> bool {
 
 /// Whether a later statement says the work of `terms` is done.
 pub fn states_done(statement: &str, terms: &KeyTerms) -> bool {
-    !terms.is_empty() && DONE.is_match(statement) && terms.named_in(&statement.to_lowercase())
+    Statement::new(statement).states_done(terms)
 }
 
 /// Whether a later statement gives up the work of `terms`.
 pub fn states_dropped(statement: &str, terms: &KeyTerms) -> bool {
-    !terms.is_empty() && DROP.is_match(statement) && terms.named_in(&statement.to_lowercase())
+    Statement::new(statement).states_dropped(terms)
+}
+
+/// A later statement read once for the words of completion and of giving up, then checked
+/// against any number of open commitments ([`states_done`], [`states_dropped`]): a message is
+/// searched once, not once per commitment still open (there may be thousands).
+#[derive(Debug, Clone)]
+pub struct Statement {
+    /// The statement in lower case, read only when it says something is done or dropped.
+    lower: Option<String>,
+    done: bool,
+    dropped: bool,
+}
+
+impl Statement {
+    /// Reads `statement`.
+    pub fn new(statement: &str) -> Self {
+        let done = DONE.is_match(statement);
+        let dropped = DROP.is_match(statement);
+        Statement {
+            lower: (done || dropped).then(|| statement.to_lowercase()),
+            done,
+            dropped,
+        }
+    }
+
+    /// Whether it says the work of `terms` is done.
+    pub fn states_done(&self, terms: &KeyTerms) -> bool {
+        self.done && self.names(terms)
+    }
+
+    /// Whether it gives up the work of `terms`.
+    pub fn states_dropped(&self, terms: &KeyTerms) -> bool {
+        self.dropped && self.names(terms)
+    }
+
+    fn names(&self, terms: &KeyTerms) -> bool {
+        !terms.is_empty() && self.lower.as_deref().is_some_and(|l| terms.named_in(l))
+    }
 }
 
 /// Whether a user's text asks the user to be left alone with the work: "never mind", "stop".

@@ -13,9 +13,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::commands::{command_key, command_label, outcome_line, shell_command};
-use super::commitments::{
-    KeyTerms, intents, is_immediate, states_done, states_dropped, user_drops,
-};
+use super::commitments::{KeyTerms, Statement, intents, is_immediate, user_drops};
 use super::text::{compile, sentences, shorten_words};
 
 /// Most words of a request as summaries keep it.
@@ -312,16 +310,17 @@ impl<'a> Tracker<'a> {
     }
 
     fn assistant_text(&mut self, id: MessageId, text: &str, ordinal: &mut u32) {
-        // Statements about earlier intents (not those of this message).
+        // Statements about earlier intents (not those of this message), the text read once.
+        let statement = Statement::new(text);
         let mut i = 0;
         while i < self.open.len() {
             let open = &self.open[i];
             if open.commitment.message != id && open.commitment.kind != CommitmentKind::Request {
-                if states_dropped(text, &open.terms) {
+                if statement.states_dropped(&open.terms) {
                     self.resolve_commitment(i, id, ResolutionKind::Dropped);
                     continue;
                 }
-                if states_done(text, &open.terms) {
+                if statement.states_done(&open.terms) {
                     self.resolve_commitment(i, id, ResolutionKind::Fulfilled);
                     continue;
                 }
