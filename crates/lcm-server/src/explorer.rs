@@ -92,7 +92,8 @@ pub(crate) async fn layout(
                 .iter()
                 .map(|id| reader.summary(*id))
                 .collect::<Result<Vec<_>, _>>()?;
-            let all = store.session_summaries(session)?.len();
+            // Counted, not read: a session may have thousands of summaries.
+            let all = store.session_summary_count(session)?;
             Ok((context, summaries, all))
         })
         .await?;

@@ -283,6 +283,18 @@ impl Store {
         Ok(out)
     }
 
+    /// How many summaries a session has, without reading them.
+    pub fn session_summary_count(&self, session: SessionId) -> Result<u64> {
+        let reader = self.reader()?;
+        let table = reader.txn.open_table(tables::SESSION_SUMMARIES)?;
+        let mut count = 0;
+        for entry in table.range((session.0, 0)..=(session.0, u64::MAX))? {
+            entry?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
     /// The id the next summary will get (one past the newest): summary ids are dense, in
     /// creation order, and a summary never changes once made.
     pub fn next_summary_id(&self) -> Result<SummaryId> {

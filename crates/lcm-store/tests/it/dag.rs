@@ -132,6 +132,9 @@ fn condensed_summaries_replace_a_run_in_place_and_aggregate() {
     // The summaries of the session, in creation order.
     let all = store.session_summaries(s).unwrap();
     assert_eq!(all.len(), 6);
+    assert_eq!(store.session_summary_count(s).unwrap(), 6);
+    let other = store.create_session("other", None).unwrap();
+    assert_eq!(store.session_summary_count(other).unwrap(), 0);
     assert_eq!(all.last().unwrap().id, top.id);
 }
 
