@@ -27,11 +27,8 @@ fn counter() -> TokenCounter {
     TokenCounter::new(Encoding::O200kBase)
 }
 
-/// A store holding one session of `n` messages, compacted into a deep DAG by fabricated
-/// summaries (leaves of 100 messages, condensed 4 by 4 up to depth 5), leaving a raw tail of 32.
-fn session_with_dag(dir: &std::path::Path, n: u64) -> (Store, SessionId) {
-    let store = Store::open(dir.join("lcm.redb"), StoreOptions::new(counter())).expect("open");
-    let session = store.create_session("bench", None).expect("session");
+/// Appends `n` generated messages to `session`, in batches of 10,000.
+fn append_corpus(store: &Store, session: SessionId, n: u64) {
     let words = corpus::Words::new(20_000);
     let mut k = 0;
     while k < n {
@@ -40,6 +37,14 @@ fn session_with_dag(dir: &std::path::Path, n: u64) -> (Store, SessionId) {
         store.append_batch(session, batch).expect("append");
         k = end;
     }
+}
+
+/// A store holding one session of `n` messages, compacted into a deep DAG by fabricated
+/// summaries (leaves of 100 messages, condensed 4 by 4 up to depth 5), leaving a raw tail of 32.
+fn session_with_dag(dir: &std::path::Path, n: u64) -> (Store, SessionId) {
+    let store = Store::open(dir.join("lcm.redb"), StoreOptions::new(counter())).expect("open");
+    let session = store.create_session("bench", None).expect("session");
+    append_corpus(&store, session, n);
     let ids: Vec<_> = store
         .session_messages(session, 0..n.saturating_sub(32))
         .expect("messages")
@@ -462,14 +467,7 @@ fn compaction_of_history(c: &mut Criterion) {
             )
             .expect("open");
             let session = store.create_session("history", None).expect("session");
-            let words = corpus::Words::new(20_000);
-            let mut k = 0;
-            while k < n {
-                let end = (k + 10_000).min(n);
-                let batch: Vec<NewMessage> = (k..end).map(|i| corpus::message(&words, i)).collect();
-                store.append_batch(session, batch).expect("append");
-                k = end;
-            }
+            append_corpus(&store, session, n);
             session
         };
         group.throughput(Throughput::Elements(n));

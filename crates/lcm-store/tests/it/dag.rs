@@ -50,6 +50,25 @@ fn condensed(session: SessionId, depth: u32, ids: &[SummaryId]) -> NewSummary {
     }
 }
 
+/// Applies `count` leaves over the first messages of `ids`, three messages each.
+fn leaves_of_three(
+    store: &Store,
+    session: SessionId,
+    ids: &[MessageId],
+    count: usize,
+) -> Vec<SummaryId> {
+    (0..count)
+        .map(|i| {
+            applied(
+                store
+                    .apply_summary(leaf(session, &ids[i * 3..i * 3 + 3]), vec![])
+                    .unwrap(),
+            )
+            .id
+        })
+        .collect()
+}
+
 fn applied(outcome: ApplyOutcome) -> lcm_core::summary::Summary {
     match outcome {
         ApplyOutcome::Applied { summary, .. } => summary,
@@ -102,16 +121,7 @@ fn stale_spans_write_nothing() {
 #[test]
 fn condensed_summaries_replace_a_run_in_place_and_aggregate() {
     let (store, s, ids) = store_with(20);
-    let leaves: Vec<SummaryId> = (0..5)
-        .map(|i| {
-            applied(
-                store
-                    .apply_summary(leaf(s, &ids[i * 3..i * 3 + 3]), vec![])
-                    .unwrap(),
-            )
-            .id
-        })
-        .collect();
+    let leaves = leaves_of_three(&store, s, &ids, 5);
     // Condense the oldest four (a contiguous run of depth-0 summaries).
     let top = applied(
         store
@@ -144,16 +154,7 @@ fn condensed_summaries_replace_a_run_in_place_and_aggregate() {
 #[test]
 fn neighbours_of_different_depths_condense_one_deeper_than_the_deepest() {
     let (store, s, ids) = store_with(12);
-    let leaves: Vec<SummaryId> = (0..3)
-        .map(|i| {
-            applied(
-                store
-                    .apply_summary(leaf(s, &ids[i * 3..i * 3 + 3]), vec![])
-                    .unwrap(),
-            )
-            .id
-        })
-        .collect();
+    let leaves = leaves_of_three(&store, s, &ids, 3);
     let deep = applied(
         store
             .apply_summary(condensed(s, 1, &leaves[..2]), vec![])
