@@ -192,6 +192,16 @@ impl Store {
         Self::init(db, options, Some(path.to_path_buf()))
     }
 
+    /// Opens a store on `backend`, which holds no file of its own (a simulated disk: tests of
+    /// [`crate::power_loss`]). [`Self::path`] is `None`.
+    pub(crate) fn open_on_backend<B: redb::StorageBackend>(
+        backend: B,
+        options: StoreOptions,
+    ) -> Result<Store> {
+        let db = Database::builder().create_with_backend(backend)?;
+        Self::init(db, options, None)
+    }
+
     /// Opens the existing store at `path` for reading only. Nothing is written, not even on
     /// open or close (a writable open commits on both), so one-shot readers cost no fsync.
     /// Every write returns [`StoreError::ReadOnly`]. A store that was not closed cleanly is
