@@ -9,6 +9,7 @@ mod bad_input;
 mod cli;
 mod compaction_crash;
 mod config;
+mod crash_campaign;
 #[cfg(unix)]
 mod daemon_cli;
 mod delegation;
