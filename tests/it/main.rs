@@ -23,6 +23,7 @@ mod fuzz;
 mod grep_property;
 mod import_folders;
 mod import_huge_line;
+mod index_crash;
 mod layering;
 mod map_crash;
 mod map_runtime;
