@@ -80,10 +80,8 @@ fn main() -> anyhow::Result<()> {
     let child = move || Command::new(&exe);
     let mut plan = campaign::plan(args.trials, args.seed);
     if !args.workloads.is_empty() {
-        let mut i = 0;
-        for trial in &mut plan {
+        for (i, trial) in plan.iter_mut().enumerate() {
             trial.workload = args.workloads[i % args.workloads.len()];
-            i += 1;
         }
     }
     let tokio = tokio::runtime::Builder::new_multi_thread()
