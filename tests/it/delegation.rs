@@ -446,3 +446,46 @@ async fn a_sub_agents_requests_stay_within_its_context_window() {
     );
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
 }
+
+/// Regression (found by the crash campaign's power-loss trials): a sub-agent whose turns could
+/// not be stored (the disk failed under it) was reported done, its answer acknowledged with a
+/// session that holds none of the turns it rests on. Its Task now fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegation_whose_turns_cannot_be_stored_fails() {
+    use lcm::store::disk_faults::DiskSwitch;
+    use lcm::store::{Store, StoreOptions};
+
+    let server = ScriptedServer::start().await;
+    let disk = DiskSwitch::default();
+    let filled = disk.clone();
+    // The disk fills while the sub-agent thinks; it answers all the same.
+    server.set_default(ScriptedReply::from_fn(move |_| {
+        filled.fill();
+        ScriptedReply::ok("done")
+    }));
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open_on_faulty_disk(
+        tmp.path().join("lcm.redb"),
+        StoreOptions::new(counter()),
+        disk.clone(),
+    )
+    .unwrap();
+    let provider = OpenAiProvider::new(HttpConfig::new(server.url(), "scripted")).unwrap();
+    let rt = Runtime::open_on_store(
+        store,
+        RuntimeOptions::in_memory(Config::default())
+            .with_summarizer(Arc::new(ExtractiveSummarizer::new(counter())))
+            .with_llm(LlmClients::new(Arc::new(provider))),
+    )
+    .await
+    .unwrap();
+    let main = rt.session("main").await.unwrap();
+    let out = main
+        .call_tool("Task", json!({"prompt": "answer at once"}))
+        .await;
+    assert!(disk.is_full(), "the model was asked");
+    let error = out.expect_err("a delegation whose turns were not stored is not done");
+    assert!(error.to_string().contains("could not"), "{error}");
+    disk.free();
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}

@@ -9,6 +9,7 @@ mod bad_input;
 mod cli;
 mod compaction_crash;
 mod config;
+mod crash_campaign;
 #[cfg(unix)]
 mod daemon_cli;
 mod delegation;
@@ -22,6 +23,7 @@ mod fuzz;
 mod grep_property;
 mod import_folders;
 mod import_huge_line;
+mod index_crash;
 mod layering;
 mod map_crash;
 mod map_runtime;

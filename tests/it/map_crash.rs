@@ -238,3 +238,66 @@ fn verify(dir: &Path, tokio: &tokio::runtime::Runtime) {
     assert!(outcome.report.is_clean(), "{:?}", outcome.report.violations);
     tokio.block_on(rt.shutdown(Duration::from_secs(5))).unwrap();
 }
+
+/// The output file is derived from the store (docs/RELIABILITY.md, "Power loss"): written to a
+/// temporary file, synced and renamed, so a crash leaves the old file or none, and written
+/// again from the committed items whenever the job is waited for. After a crash that lost or
+/// tore it (a power loss before the rename or the directory reached the disk), `map_wait` on
+/// the reopened runtime gives the whole output again: every item exactly once, in order.
+#[test]
+fn a_lost_or_torn_output_file_is_written_again_from_the_store() {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = tokio.block_on(ScriptedServer::start());
+    server.set_default(answers());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    const SMALL: u64 = 200;
+    let items: Vec<String> = (0..SMALL)
+        .map(|i| json!({"id": i, "word": format!("w{i}x")}).to_string())
+        .collect();
+    std::fs::write(dir.join("items.jsonl"), items.join("\n")).unwrap();
+    let output = dir.join("items.out.jsonl");
+    let open = || {
+        let provider = OpenAiProvider::new(HttpConfig::new(server.url(), "scripted")).unwrap();
+        tokio
+            .block_on(Runtime::open(
+                RuntimeOptions::dir(dir.join("data"), config(dir))
+                    .with_llm(LlmClients::new(Arc::new(provider))),
+            ))
+            .unwrap()
+    };
+    let rt = open();
+    let mut request = MapRequest::llm(dir.join("items.jsonl"), "Upper-case the word.", schema());
+    request.output_path = Some(output.clone());
+    let job = tokio.block_on(rt.llm_map(request)).unwrap().id;
+    let summary = tokio.block_on(rt.map_wait(job)).unwrap();
+    assert_eq!(summary.completed, SMALL);
+    tokio.block_on(rt.shutdown(Duration::from_secs(5))).unwrap();
+    drop(rt);
+    let whole = std::fs::read_to_string(&output).unwrap();
+    let check = |what: &str| {
+        let text = std::fs::read_to_string(&output).unwrap();
+        assert_eq!(text, whole, "{what}: the output is written again, the same");
+        for (i, line) in text.lines().enumerate() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["index"], i as u64, "{what}");
+            assert_eq!(v["result"]["upper"], format!("W{i}X"), "{what}");
+        }
+        assert_eq!(text.lines().count() as u64, SMALL, "{what}");
+    };
+    for damage in ["torn", "lost"] {
+        match damage {
+            "torn" => std::fs::write(&output, &whole[..whole.len() / 2]).unwrap(),
+            _ => std::fs::remove_file(&output).unwrap(),
+        }
+        let rt = open();
+        let summary = tokio.block_on(rt.map_wait(job)).unwrap();
+        assert_eq!((summary.completed, summary.failed), (SMALL, 0), "{damage}");
+        check(damage);
+        tokio.block_on(rt.shutdown(Duration::from_secs(5))).unwrap();
+    }
+}

@@ -252,6 +252,16 @@ impl SearchIndex {
         if index.schema() != schema().0 {
             return Ok(None);
         }
+        // A segment file the last commit names but that is missing or torn (its data never
+        // reached the disk, or was damaged since) fails here, as the reader opens every
+        // segment: the index is unusable and rebuilt, the data directory still opens.
+        let readable: tantivy::Result<IndexReader> = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into();
+        if readable.is_err() {
+            return Ok(None);
+        }
         let trigram_dir = dir.join(TRIGRAM_DIR);
         let trigrams = if watermark == 0 && !trigram_dir.exists() && writable {
             TrigramIndex::create(&trigram_dir)?

@@ -13,6 +13,10 @@
 //! Held writes are bounded: past [`MAX_HELD_BYTES`] they are written out (still sorted and
 //! merged) without a sync, so a huge transaction or a compaction does not hold the file in
 //! memory.
+//!
+//! The file under it is any [`StorageBackend`] (redb's [`FileBackend`] in production): the
+//! power-loss tests ([`crate::power_loss`]) put a simulated disk there, so that what they test
+//! is this write path as it runs, not a stand-in.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,9 +31,10 @@ use redb::{BackendError, StorageBackend};
 /// Held bytes past which writes go out before the next sync.
 const MAX_HELD_BYTES: usize = 32 << 20;
 
-/// redb's file backend with a commit's writes held and written in order at sync.
-pub(crate) struct CoalescedFile {
-    inner: FileBackend,
+/// redb's file backend (or any backend `F` under it) with a commit's writes held and written in
+/// order at sync.
+pub(crate) struct CoalescedFile<F = FileBackend> {
+    inner: F,
     held: Mutex<Held>,
     /// Whether `held` has any write (readers skip the lock when not).
     holding: AtomicBool,
@@ -50,8 +55,8 @@ struct Held {
     bytes: usize,
 }
 
-impl CoalescedFile {
-    pub fn new(inner: FileBackend) -> Self {
+impl<F: StorageBackend> CoalescedFile<F> {
+    pub fn new(inner: F) -> Self {
         CoalescedFile {
             inner,
             held: Mutex::new(Held::default()),
@@ -121,7 +126,7 @@ fn overlap(held: &Held, offset: u64, end: u64) -> Option<Option<u64>> {
     Some((start <= offset && end <= stop).then_some(start))
 }
 
-impl StorageBackend for CoalescedFile {
+impl<F: StorageBackend> StorageBackend for CoalescedFile<F> {
     fn len(&self) -> Result<u64, io::Error> {
         self.inner.len()
     }
@@ -222,7 +227,7 @@ impl StorageBackend for CoalescedFile {
     }
 }
 
-impl fmt::Debug for CoalescedFile {
+impl<F: StorageBackend> fmt::Debug for CoalescedFile<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CoalescedFile")
             .field("inner", &self.inner)

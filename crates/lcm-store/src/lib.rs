@@ -38,6 +38,8 @@ pub mod integrity;
 pub mod map_jobs;
 mod message_rows;
 mod pipeline;
+#[doc(hidden)]
+pub mod power_loss;
 pub mod record;
 mod record_migration;
 pub mod record_source;

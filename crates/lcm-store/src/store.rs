@@ -181,6 +181,9 @@ impl Store {
             .truncate(false)
             .open(path)
             .map_err(io_error)?;
+        if reset_interrupted_creation(path).map_err(io_error)? {
+            tracing::warn!(path = %path.display(), "the store's creation was interrupted (nothing was ever stored in it); creating it again");
+        }
         let backend = wrap(CoalescedFile::new(redb::backends::FileBackend::new(file)?));
         let db = match Database::builder().create_with_backend(backend) {
             Ok(db) => db,
@@ -190,6 +193,16 @@ impl Store {
             Err(e) => return Err(e.into()),
         };
         Self::init(db, options, Some(path.to_path_buf()))
+    }
+
+    /// Opens a store on `backend`, which holds no file of its own (a simulated disk: tests of
+    /// [`crate::power_loss`]). [`Self::path`] is `None`.
+    pub(crate) fn open_on_backend<B: redb::StorageBackend>(
+        backend: B,
+        options: StoreOptions,
+    ) -> Result<Store> {
+        let db = Database::builder().create_with_backend(backend)?;
+        Self::init(db, options, None)
     }
 
     /// Opens the existing store at `path` for reading only. Nothing is written, not even on
@@ -1289,11 +1302,87 @@ fn validate_message(m: &NewMessage) -> Result<()> {
     Ok(())
 }
 
+/// Bytes at the start of a redb file that hold its magic number.
+const REDB_MAGIC_LEN: usize = 9;
+/// redb's header fits in the file's first page.
+const REDB_HEADER_PAGE: u64 = 4096;
+
+/// Empties the store file at `path` if its creation was interrupted, and says whether it did.
+///
+/// redb creates a file in two synced steps: the file grown and a header without its magic
+/// number written, then the magic number. A crash between the two (SIGKILL, or a power loss
+/// during the very first open: the power-loss tests found it) leaves a file redb refuses for
+/// ever ("Not a redb database: magic number mismatch"), although nothing was ever committed to
+/// it. Such a file (zeros where the magic number goes, and nothing but zeros after the header
+/// page) holds nothing: it is emptied, and redb then creates the store. Any other file is left
+/// as it is. Checked under an exclusive lock: a process creating the file holds one (redb's
+/// whole-file lock), and its half-made file is then left alone. Costs one read of a few bytes
+/// when the file has its magic number (every store but an interrupted one).
+fn reset_interrupted_creation(path: &Path) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
+    let len = file.metadata()?.len();
+    let mut magic = [0u8; REDB_MAGIC_LEN];
+    let magic = &mut magic[..usize::try_from(len)
+        .unwrap_or(REDB_MAGIC_LEN)
+        .min(REDB_MAGIC_LEN)];
+    file.read_exact(magic)?;
+    if len == 0 || magic.iter().any(|&b| b != 0) {
+        return Ok(false);
+    }
+    file.seek(SeekFrom::Start(REDB_HEADER_PAGE.min(len)))?;
+    let mut chunk = vec![0u8; 1 << 20];
+    loop {
+        let read = file.read(&mut chunk)?;
+        if read == 0 {
+            break;
+        }
+        if chunk[..read].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+    }
+    file.set_len(0)?;
+    file.sync_all()?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use lcm_core::message::Role;
     use redb::ReadableDatabase;
+
+    #[test]
+    fn a_file_whose_creation_was_interrupted_is_created_again_and_no_other_file_is_touched() {
+        let dir = tempfile::tempdir().unwrap();
+        let options =
+            || StoreOptions::new(TokenCounter::new(lcm_core::tokens::Encoding::O200kBase));
+        // What redb leaves between its two syncs: the file grown, a header without magic.
+        let interrupted = dir.path().join("interrupted.redb");
+        let mut bytes = vec![0u8; 1 << 20];
+        bytes[REDB_MAGIC_LEN..64].fill(7);
+        std::fs::write(&interrupted, &bytes).unwrap();
+        let store = Store::open(&interrupted, options()).unwrap();
+        let session = store.create_session("s", None).unwrap();
+        store
+            .append(session, NewMessage::text(Role::User, "stored"))
+            .unwrap();
+        drop(store);
+        // Not a redb file, but data after the header page: refused and left as it was.
+        let foreign = dir.path().join("foreign.redb");
+        bytes[REDB_HEADER_PAGE as usize + 10] = 1;
+        std::fs::write(&foreign, &bytes).unwrap();
+        assert!(Store::open(&foreign, options()).is_err());
+        assert_eq!(std::fs::read(&foreign).unwrap(), bytes);
+    }
 
     /// An append encodes its records before the transaction assigns their sequence numbers
     /// (`record::set_seq` fills them in): what is read back carries the assigned ones.

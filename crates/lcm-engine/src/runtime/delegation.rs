@@ -396,7 +396,7 @@ async fn run_sub_agent(state: &SubAgentRun) -> Result<DelegateOutcome, ToolError
     let window = SessionWindow {
         shared: shared.clone(),
         session,
-        stored,
+        stored: Arc::clone(&stored),
     };
     let system = match state.request.kind {
         DelegateKind::Task => TASK_SYSTEM,
@@ -417,6 +417,14 @@ async fn run_sub_agent(state: &SubAgentRun) -> Result<DelegateOutcome, ToolError
     .await;
     drop(observer);
     let _ = storing.await;
+    // The answer stands on the turns in the sub-agent's session: a delegation whose turns did
+    // not all reach it (the disk failed) is not reported as done.
+    if stored.any_failed() {
+        return Err(ToolError::failed(
+            tool_name(state.request.kind),
+            format!("the sub-agent's turns could not all be stored in {session}"),
+        ));
+    }
     Ok(DelegateOutcome {
         session: state.session,
         answer: outcome.answer,

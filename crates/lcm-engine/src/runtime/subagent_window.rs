@@ -38,6 +38,11 @@ impl StoredTurns {
         self.changed.notify_waiters();
     }
 
+    /// Whether a turn handled so far could not be stored.
+    pub(crate) fn any_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
     async fn wait_for(&self, turns: usize) {
         loop {
             let changed = self.changed.notified();

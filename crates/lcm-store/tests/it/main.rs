@@ -9,3 +9,4 @@ mod files;
 mod integrity;
 mod map_jobs;
 mod migration;
+mod power_loss;

@@ -1,0 +1,160 @@
+//! What the index directory promises after a crash (docs/RELIABILITY.md, "Power loss"): it is
+//! derived data, rebuilt or caught up from the store. Whatever a crash leaves of it (an older
+//! commit than the store knows, as when its last commits never reached the disk, or files of
+//! its newest commits truncated or gone, as when their unsynced data was lost), reopening the
+//! data directory and catching up gives an index whose watermark is the store's end, and
+//! full-text search and grep find every stored message; the integrity check, index included,
+//! is clean. (SIGKILL during indexing: the crash campaign, which reopens the data directory
+//! of every killed child and searches for its acknowledged messages.)
+
+use std::path::{Path, PathBuf};
+
+use lcm::core::config::Config;
+use lcm::core::message::{NewMessage, Role};
+use lcm::search::data_dir::INDEX_DIR;
+use lcm::store::integrity;
+use lcm::{DataDir, GrepMode, GrepRequest, MessageId, Scope};
+
+fn text(n: u64) -> String {
+    format!("message {n} about widget zq{n}x and its flaky test")
+}
+
+/// A data directory with 6 batches of 50 messages, the index caught up after each; returns the
+/// ids and a copy of the index directory as it was after the second batch.
+fn build(root: &Path) -> (Vec<MessageId>, PathBuf) {
+    let data = root.join("data");
+    let dir = DataDir::open(&data, &Config::default()).unwrap();
+    let session = dir.store.ensure_session("s").unwrap();
+    let mut ids = Vec::new();
+    let snapshot = root.join("index-after-batch-2");
+    for batch in 0..6u64 {
+        let messages = (batch * 50..(batch + 1) * 50)
+            .map(|n| NewMessage::text(Role::User, text(n)))
+            .collect();
+        for r in dir.store.append_batch(session, messages).unwrap() {
+            ids.push(r.id);
+        }
+        dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+        if batch == 1 {
+            // Merges done, the files stop changing: the copy is one commit's directory.
+            dir.index.finish_merges().unwrap();
+            copy_dir(&data.join(INDEX_DIR), &snapshot);
+        }
+    }
+    dir.index.finish_merges().unwrap();
+    (ids, snapshot)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Files under `dir`, recursively.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Reopens the data directory, catches the index up and checks that it covers every message.
+fn reopen_and_check(root: &Path, ids: &[MessageId], what: &str) {
+    let dir = DataDir::open(root.join("data"), &Config::default())
+        .unwrap_or_else(|e| panic!("{what}: the data directory does not reopen: {e}"));
+    dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+    let end = ids.last().unwrap().0 + 1;
+    assert_eq!(dir.index.watermark().0, end, "{what}: caught up");
+    assert_eq!(
+        dir.index.num_docs(),
+        ids.len() as u64,
+        "{what}: one document each"
+    );
+    let config = Config::default();
+    for (n, id) in ids.iter().enumerate().step_by(7) {
+        for mode in [GrepMode::FullText, GrepMode::Regex] {
+            let request = GrepRequest {
+                pattern: format!("zq{n}x"),
+                mode,
+                scope: Scope::default(),
+                limit: Some(5),
+                cursor: None,
+            };
+            let page = lcm::grep(&*dir.store, &dir.index, &config.search, &request).unwrap();
+            assert!(
+                page.hits.iter().any(|h| h.message == *id),
+                "{what}: {mode:?} search does not find {id}"
+            );
+        }
+    }
+    let report = integrity::check(&dir.store, Some(&*dir.index)).unwrap();
+    assert!(report.is_clean(), "{what}: {:?}", report.violations);
+}
+
+#[test]
+fn an_index_older_than_the_store_is_caught_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ids, snapshot) = build(tmp.path());
+    // The index's last four commits never reached the disk: the directory as it was.
+    let index = tmp.path().join("data").join(INDEX_DIR);
+    std::fs::remove_dir_all(&index).unwrap();
+    copy_dir(&snapshot, &index);
+    reopen_and_check(tmp.path(), &ids, "rolled back");
+}
+
+#[test]
+fn an_index_whose_newest_files_were_lost_or_truncated_is_rebuilt_or_caught_up() {
+    // A file written after the snapshot (the data of the newest commits, or the commit point
+    // itself), a different one each time: emptied, cut to half, or deleted, as a power loss
+    // leaves unsynced files.
+    let mut damaged = std::collections::BTreeSet::new();
+    for k in 0..9usize {
+        let tmp = tempfile::tempdir().unwrap();
+        let (ids, snapshot) = build(tmp.path());
+        let index = tmp.path().join("data").join(INDEX_DIR);
+        let relative = |root: &Path| -> Vec<PathBuf> {
+            files(root)
+                .iter()
+                .map(|p| p.strip_prefix(root).unwrap().to_path_buf())
+                .collect()
+        };
+        let old = relative(&snapshot);
+        let newer: Vec<PathBuf> = relative(&index)
+            .into_iter()
+            .filter(|p| !old.contains(p) || p.ends_with("meta.json"))
+            .collect();
+        assert!(newer.len() > 3, "{newer:?}");
+        let name = &newer[(k * 5) % newer.len()];
+        let file = index.join(name);
+        let len = std::fs::metadata(&file).unwrap().len();
+        match k % 3 {
+            0 => std::fs::write(&file, b"").unwrap(),
+            1 => std::fs::OpenOptions::new()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_len(len / 2)
+                .unwrap(),
+            _ => std::fs::remove_file(&file).unwrap(),
+        }
+        damaged.insert(name.clone());
+        let how = ["emptied", "cut to half", "deleted"][k % 3];
+        reopen_and_check(tmp.path(), &ids, &format!("{} {how}", name.display()));
+    }
+    assert!(damaged.len() > 3, "{damaged:?}");
+}
