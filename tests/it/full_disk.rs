@@ -238,7 +238,11 @@ async fn appends_and_compactions_on_a_full_tmpfs_fail_cleanly_and_recover() {
 fn transcript(path: &Path, tag: &str, n: usize) {
     let mut out = String::new();
     for i in 0..n {
-        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        let role = if i.is_multiple_of(2) {
+            "user"
+        } else {
+            "assistant"
+        };
         let body = format!(
             "{tag} message {i}: {}",
             "lorem ipsum dolor sit amet ".repeat(60)

@@ -208,7 +208,7 @@ async fn one_client(
                 .push(format!("{key} append {turn}: status {}", r.status())),
             Err(e) => report.errors.push(format!("{key} append {turn}: {e}")),
         }
-        if (turn - shape.first_turn + 1) % every == 0 && assembled < shape.assemblies {
+        if (turn - shape.first_turn + 1).is_multiple_of(every) && assembled < shape.assemblies {
             assembled += 1;
             let t = Instant::now();
             let answer = send(
