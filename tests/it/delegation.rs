@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use lcm::core::config::Config;
 use lcm::core::message::{NewMessage, Role};
 use lcm::core::tokens::{Encoding, TokenCounter};
-use lcm::engine::runtime::{Fault, FaultPoint, Runtime, RuntimeOptions};
+use lcm::engine::runtime::{
+    ActorKind, Fault, FaultPoint, Runtime, RuntimeOptions, SUB_AGENT_END_MARKER,
+};
 use lcm::llm::extractive::ExtractiveSummarizer;
 use lcm::llm::from_config::LlmClients;
 use lcm::llm::http::HttpConfig;
@@ -342,6 +344,215 @@ async fn a_sub_agent_that_crashes_mid_call_is_run_again() {
     let outcome = rt.check_integrity(false).await.unwrap();
     assert!(outcome.report.is_clean(), "{:?}", outcome.report.violations);
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// How a child session of `parent` ended: `Ok(answer)` when its last message is the
+/// sub-agent's final answer (an assistant turn), `Err(marker)` when it is the end marker.
+/// Panics on anything else: a half-made session (no message, or a last turn that is neither).
+fn child_endings(rt: &Runtime, parent: lcm::core::ids::SessionId) -> Vec<Result<String, String>> {
+    let store = rt.store();
+    let mut endings = Vec::new();
+    for info in store.sessions().unwrap() {
+        if info.parent != Some(parent) {
+            continue;
+        }
+        let messages = store.session_messages(info.id, 0..u64::MAX).unwrap();
+        let last = messages
+            .last()
+            .unwrap_or_else(|| panic!("child session {} has no message at all", info.id));
+        let text = last.search_text().into_owned();
+        match last.role {
+            Role::System if text.starts_with(SUB_AGENT_END_MARKER) => endings.push(Err(text)),
+            Role::Assistant => endings.push(Ok(text)),
+            other => panic!("child session {} ends half-made: {other:?} {text}", info.id),
+        }
+    }
+    endings
+}
+
+fn delegation_restarts(stats: &lcm::engine::runtime::SupervisorStats) -> u64 {
+    stats
+        .restarts
+        .iter()
+        .find(|(k, _)| *k == ActorKind::Delegation)
+        .map_or(0, |(_, n)| *n)
+}
+
+/// The DelegationActor itself panics while starting the third of four parallel sub-agents, two
+/// of them in flight (their workers die with it). The restarted actor resumes the runs it finds
+/// in the ledger in their own child sessions, the request still in the dead actor's mailbox is
+/// sent again, and every caller gets its answer: four child sessions, each ending with its
+/// answer, none half-made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delegation_actor_crashing_with_sub_agents_in_flight_resumes_them() {
+    let server = scripted().await;
+    server.set_latency(Duration::from_millis(300));
+    let rt = runtime_with_model(&server).await;
+    rt.faults()
+        .arm(FaultPoint::DelegationActorBeforeWorker, Fault::Panic, 2, 1);
+    let main = rt.session("main").await.unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        main.call_tool(
+            "Tasks",
+            json!({"tasks": [{"prompt": "SLEEP a"}, {"prompt": "SLEEP b"}, {"prompt": "SLEEP c"}, {"prompt": "SLEEP d"}]}),
+        ),
+    )
+    .await
+    .expect("no caller hangs")
+    .expect("tasks");
+    let answers: Vec<&str> = out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["answer"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(answers, ["done a", "done b", "done c", "done d"], "{out}");
+    assert_eq!(
+        rt.faults().fired(FaultPoint::DelegationActorBeforeWorker),
+        1
+    );
+    let stats = rt.supervisor_stats().await.unwrap();
+    assert_eq!(delegation_restarts(&stats), 1, "{stats:?}");
+    let mut endings = child_endings(&rt, main.id());
+    endings.sort();
+    assert_eq!(
+        endings,
+        ["done a", "done b", "done c", "done d"].map(|a| Ok(a.to_string())),
+        "one session per task, each ending with its answer"
+    );
+    assert_eq!(rt.delegation_stats().await.unwrap().running, 0);
+    let outcome = rt.check_integrity(false).await.unwrap();
+    assert!(outcome.report.is_clean(), "{:?}", outcome.report.violations);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// The DelegationActor panics after a sub-agent answered, before its caller got the answer:
+/// the restarted actor delivers the answer it finds in the ledger; the sub-agent is not run
+/// again (one model call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegation_actor_crash_before_the_reply_still_delivers_the_answer() {
+    let server = scripted().await;
+    let rt = runtime_with_model(&server).await;
+    rt.faults()
+        .arm(FaultPoint::DelegationActorBeforeReply, Fault::Panic, 0, 1);
+    let main = rt.session("main").await.unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        main.call_tool("Task", json!({"prompt": "SLEEP once"})),
+    )
+    .await
+    .expect("no caller hangs")
+    .expect("the answer survives the crash");
+    assert_eq!(out["answer"], "done once");
+    assert_eq!(rt.faults().fired(FaultPoint::DelegationActorBeforeReply), 1);
+    assert_eq!(server.request_count(), 1, "the sub-agent ran once");
+    assert_eq!(
+        delegation_restarts(&rt.supervisor_stats().await.unwrap()),
+        1
+    );
+    assert_eq!(child_endings(&rt, main.id()), [Ok("done once".to_string())]);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// A run that cannot be resumed (its one attempt was in flight when the DelegationActor
+/// crashed) fails cleanly: its child session ends with the end marker, its caller gets an error
+/// naming the session; the run whose start crashed the actor is resumed and answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegation_that_cannot_be_resumed_fails_with_its_session_marked() {
+    let server = scripted().await;
+    server.set_latency(Duration::from_millis(800));
+    let provider = OpenAiProvider::new(HttpConfig::new(server.url(), "scripted")).unwrap();
+    let mut config = Config::default();
+    config.runtime.subagent_max_steps = 8;
+    config.runtime.restart_backoff_ms = 5;
+    config.runtime.subagent_max_attempts = 1;
+    let rt = Runtime::open(
+        RuntimeOptions::in_memory(config)
+            .with_summarizer(Arc::new(ExtractiveSummarizer::new(counter())))
+            .with_llm(LlmClients::new(Arc::new(provider))),
+    )
+    .await
+    .unwrap();
+    // The second run's start crashes the actor while the first one's model call is in flight.
+    rt.faults()
+        .arm(FaultPoint::DelegationActorBeforeWorker, Fault::Panic, 1, 1);
+    let main = rt.session("main").await.unwrap();
+    let first = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            let main = rt.session("main").await.unwrap();
+            main.call_tool("Task", json!({"prompt": "SLEEP a"})).await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rt.delegation_stats().await.unwrap().running == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first sub-agent never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let second = tokio::time::timeout(
+        Duration::from_secs(60),
+        main.call_tool("Task", json!({"prompt": "SLEEP b"})),
+    )
+    .await
+    .expect("no caller hangs")
+    .expect("the run that crashed the actor is resumed");
+    assert_eq!(second["answer"], "done b");
+    let first = tokio::time::timeout(Duration::from_secs(60), first)
+        .await
+        .expect("no caller hangs")
+        .unwrap();
+    let err = first
+        .expect_err("its only attempt died with the actor")
+        .to_string();
+    assert!(err.contains("marked as ended"), "{err}");
+    assert!(err.contains("delegation actor crashed"), "{err}");
+    let mut endings = child_endings(&rt, main.id());
+    endings.sort();
+    assert_eq!(endings.len(), 2, "{endings:?}");
+    assert_eq!(endings[0], Ok("done b".to_string()));
+    let marker = endings[1].clone().unwrap_err();
+    assert!(marker.contains("delegation actor crashed"), "{marker}");
+    let outcome = rt.check_integrity(false).await.unwrap();
+    assert!(outcome.report.is_clean(), "{:?}", outcome.report.violations);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// The runtime shutting down under a sub-agent ends it cleanly: its caller gets an error and
+/// its child session ends with the end marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_under_a_sub_agent_marks_its_session() {
+    let server = scripted().await;
+    server.set_latency(Duration::from_secs(3));
+    let rt = runtime_with_model(&server).await;
+    let main = rt.session("main").await.unwrap();
+    let running = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            let main = rt.session("main").await.unwrap();
+            main.call_tool("Task", json!({"prompt": "SLEEP z"})).await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rt.delegation_stats().await.unwrap().running == 0 {
+        assert!(Instant::now() < deadline, "the sub-agent never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("no caller hangs")
+        .unwrap()
+        .expect_err("the runtime stopped under it")
+        .to_string();
+    assert!(err.contains("runtime stopped"), "{err}");
+    let endings = child_endings(&rt, main.id());
+    assert_eq!(endings.len(), 1, "{endings:?}");
+    let marker = endings[0].clone().unwrap_err();
+    assert!(marker.contains("runtime stopped"), "{marker}");
 }
 
 /// Sub-agents are LCM-managed: a sub-agent that reads eight large pages of a file sends, at

@@ -19,6 +19,8 @@ mod embed_server;
 mod explorer;
 #[cfg(unix)]
 mod follow;
+#[cfg(unix)]
+mod full_disk;
 mod fuzz;
 mod grep_property;
 mod import_folders;

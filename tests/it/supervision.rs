@@ -188,6 +188,93 @@ async fn compaction_worker_panics_after_commit() {
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
+/// The CompactorActor itself (not a worker) panics while taking a session's request: its queue
+/// and running workers die with it. The root restarts it, every session with a request in
+/// flight sends it again, and every context request waiting on a compaction is answered within
+/// its budget (the workload's contexts); nothing hangs (bounded by a timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compactor_actor_panics_on_a_request() {
+    let rt = tokio::time::timeout(
+        Duration::from_secs(180),
+        inject(FaultPoint::CompactorActorOnRequest, PANIC, 2, 3),
+    )
+    .await
+    .expect("no request hangs on a crashed compactor");
+    let stats = rt.supervisor_stats().await.unwrap();
+    assert_eq!(restarts(&stats, ActorKind::Compactor), 3, "{stats:?}");
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// The CompactorActor panics after a worker's passes committed, before the result reaches the
+/// session: the session asks again after the restart, and the compaction already committed is
+/// neither lost nor applied twice (the integrity check and the exactly-once walk of `verify`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compactor_actor_panics_between_a_result_and_its_session() {
+    let rt = tokio::time::timeout(
+        Duration::from_secs(180),
+        inject(FaultPoint::CompactorActorOnFinished, PANIC, 1, 3),
+    )
+    .await
+    .expect("no request hangs on a crashed compactor");
+    let stats = rt.supervisor_stats().await.unwrap();
+    assert_eq!(restarts(&stats, ActorKind::Compactor), 3, "{stats:?}");
+    assert!(rt.store().summary_count().unwrap() > 0);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// A CompactorActor stuck on a request is killed by the root's stall detection and restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_compactor_actor_is_killed_and_restarted() {
+    let rt = tokio::time::timeout(
+        Duration::from_secs(180),
+        inject(
+            FaultPoint::CompactorActorOnRequest,
+            Fault::Stall(Duration::from_secs(3)),
+            3,
+            1,
+        ),
+    )
+    .await
+    .expect("no request hangs on a stalled compactor");
+    let stats = rt.supervisor_stats().await.unwrap();
+    assert!(stats.stalls >= 1, "{stats:?}");
+    assert!(restarts(&stats, ActorKind::Compactor) >= 1, "{stats:?}");
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// A compactor that crashes on every request exhausts its restarts and the runtime stops: a
+/// context request waiting on it gets an error (never hangs), and what was appended stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compactor_that_keeps_crashing_fails_waiters_instead_of_hanging() {
+    let mut config = config();
+    config.runtime.max_restarts = 2;
+    let rt = runtime(config).await;
+    let s = rt.session("waiting").await.unwrap();
+    let mut acked = Vec::new();
+    for t in 0..TURNS {
+        acked.push(s.append(message(0, t)).await.expect("append").id);
+    }
+    rt.faults().arm(
+        FaultPoint::CompactorActorOnRequest,
+        Fault::Panic,
+        0,
+        u32::MAX,
+    );
+    // Far above the hard threshold: the request waits for compactions that never come.
+    let answer = tokio::time::timeout(Duration::from_secs(60), s.context(BUDGET))
+        .await
+        .expect("the waiter is answered, not left hanging");
+    let err = answer.expect_err("no compaction can run");
+    assert!(!err.to_string().is_empty());
+    assert!(rt.faults().fired(FaultPoint::CompactorActorOnRequest) >= 3);
+    // Nothing acknowledged is lost.
+    let info = rt.store().session(s.id()).unwrap();
+    assert_eq!(info.message_count, TURNS as u64);
+    for id in &acked {
+        assert_eq!(rt.store().message(*id).unwrap().session, s.id());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn indexer_panics_before_commit() {
     let rt = inject(FaultPoint::IndexerBeforeCommit, PANIC, 1, 2).await;

@@ -177,7 +177,27 @@ pub(crate) fn report(error: &anyhow::Error) -> String {
         out.push_str(&text);
         previous = text;
     }
+    if disk_full(error) {
+        out.push_str(DISK_FULL_HINT);
+    }
     out
+}
+
+/// What a full disk's error goes on with (the store reopens its file once space is back).
+const DISK_FULL_HINT: &str = "; the disk is full: free some space and run the command again (what was stored before is kept; an import goes on without duplicates)";
+
+/// Whether `error` comes from a full disk (`ENOSPC`, a quota).
+fn disk_full(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        if let Some(store) = cause.downcast_ref::<lcm_store::StoreError>() {
+            return store.is_disk_full();
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return lcm_store::error::io_error_is_disk_full(io);
+        }
+        let text = cause.to_string();
+        text.contains("(os error 28)") || text.contains("(os error 122)")
+    })
 }
 
 /// `lcm grep x | head` should end quietly when `head` closes the pipe, as other Unix tools do;

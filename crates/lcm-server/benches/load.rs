@@ -42,6 +42,7 @@ fn main() {
         appends: env("LCM_LOAD_APPENDS", 1_000),
         assemblies: env("LCM_LOAD_ASSEMBLIES", 100),
         budget: env("LCM_LOAD_BUDGET", 8_000) as u64,
+        first_turn: 0,
     };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

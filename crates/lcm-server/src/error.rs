@@ -12,6 +12,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lcm_core::ids::IdError;
+use lcm_engine::compaction::CompactionError;
 use lcm_engine::runtime::RuntimeError;
 use lcm_engine::tools::ToolError;
 use lcm_store::StoreError;
@@ -123,11 +124,15 @@ impl From<StoreError> for ApiError {
             StoreError::InvalidQuery(_) | StoreError::InvalidCursor(_) => {
                 ApiError::bad_request(message)
             }
-            // The disk or the database failed, not the request: the same request may succeed
-            // once the server is fixed.
-            StoreError::CommitFailed { .. } | StoreError::Database(_) | StoreError::Io { .. } => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_error", message)
-            }
+            // The disk is full: 507, and the same request may succeed once space is freed.
+            ref e if e.is_disk_full() => ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                message,
+            ),
+            // The disk, the database or the index failed, not the request: 503, the same
+            // request may succeed later.
+            ref e if e.is_storage_failure() => ApiError::unavailable("storage_error", message),
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_error", message),
         }
     }
@@ -138,6 +143,7 @@ impl From<RuntimeError> for ApiError {
         let message = error.to_string();
         match error {
             RuntimeError::Store(store) => store.into(),
+            RuntimeError::Compaction(CompactionError::Store(store)) => store.into(),
             RuntimeError::Invalid(_) => ApiError::bad_request(message),
             // The same answer as the proxy's for a budget nothing fits in.
             RuntimeError::Budget(_) => {

@@ -194,8 +194,11 @@ impl<F: StorageBackend> StorageBackend for CoalescedFile<F> {
     }
 
     fn close(&self) -> Result<(), io::Error> {
-        self.write_out(&mut self.held())?;
-        self.inner.close()
+        // The file is closed (and its lock released) even when the held writes cannot go out
+        // (a full disk): redb relies only on synced writes, and the store opens it again.
+        let written = self.write_out(&mut self.held());
+        let closed = self.inner.close();
+        written.and(closed)
     }
 
     fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {

@@ -1,16 +1,20 @@
-//! A disk that can be made full, for tests of what a failing disk does to the layers above the
-//! store (the runtime's group commit, the HTTP API). Not part of the API: hidden from the docs.
+//! A disk that can be made full or failing, for tests of what a failing disk does to the layers
+//! above the store (the runtime's group commit, the HTTP API). Not part of the API: hidden from
+//! the docs.
 //!
 //! [`Store::open_on_faulty_disk`] opens a store as [`Store::open`] does, with one difference:
 //! once [`DiskSwitch::fill`] is called, every write, growth and sync of the file fails with
-//! `ENOSPC`, as on a full disk, until [`DiskSwitch::free`].
+//! `ENOSPC`, as on a full disk; after [`DiskSwitch::fail_writes`] every write, growth and sync
+//! fails with `EIO`, as on a failing disk; after [`DiskSwitch::fail_syncs`] only syncs fail
+//! with `EIO` (the writes reach the page cache, never the disk). [`DiskSwitch::free`] makes the
+//! disk healthy again.
 
 use std::fmt;
 use std::io;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use redb::{BackendError, StorageBackend};
 
@@ -19,32 +23,59 @@ use crate::store::{Store, StoreOptions};
 
 /// `ENOSPC`: no space left on device.
 const NO_SPACE: i32 = 28;
+/// `EIO`: input/output error.
+const IO_ERROR: i32 = 5;
 
-/// Makes the disk of a store opened with [`Store::open_on_faulty_disk`] full or free again.
+const HEALTHY: u8 = 0;
+const FULL: u8 = 1;
+const FAILING: u8 = 2;
+const FAILING_SYNCS: u8 = 3;
+
+/// Makes the disk of a store opened with [`Store::open_on_faulty_disk`] full, failing or
+/// healthy again.
 #[derive(Debug, Clone, Default)]
-pub struct DiskSwitch(Arc<AtomicBool>);
+pub struct DiskSwitch(Arc<AtomicU8>);
 
 impl DiskSwitch {
-    /// Every write, growth and sync fails from now on.
+    /// Every write, growth and sync fails with `ENOSPC` from now on.
     pub fn fill(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.0.store(FULL, Ordering::SeqCst);
     }
 
-    /// Writes succeed again.
+    /// Every write, growth and sync fails with `EIO` from now on.
+    pub fn fail_writes(&self) {
+        self.0.store(FAILING, Ordering::SeqCst);
+    }
+
+    /// Every sync fails with `EIO` from now on (writes succeed).
+    pub fn fail_syncs(&self) {
+        self.0.store(FAILING_SYNCS, Ordering::SeqCst);
+    }
+
+    /// Writes and syncs succeed again.
     pub fn free(&self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.0.store(HEALTHY, Ordering::SeqCst);
     }
 
     /// Whether the disk is full now.
     pub fn is_full(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.load(Ordering::SeqCst) == FULL
     }
 
+    /// The error of a write or growth now, if any.
     fn check(&self) -> io::Result<()> {
-        if self.is_full() {
-            Err(io::Error::from_raw_os_error(NO_SPACE))
-        } else {
-            Ok(())
+        match self.0.load(Ordering::SeqCst) {
+            FULL => Err(io::Error::from_raw_os_error(NO_SPACE)),
+            FAILING => Err(io::Error::from_raw_os_error(IO_ERROR)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The error of a sync now, if any.
+    fn check_sync(&self) -> io::Result<()> {
+        match self.0.load(Ordering::SeqCst) {
+            FAILING_SYNCS => Err(io::Error::from_raw_os_error(IO_ERROR)),
+            _ => self.check(),
         }
     }
 }
@@ -73,7 +104,7 @@ impl<B: StorageBackend> StorageBackend for FaultyDisk<B> {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.switch.check()?;
+        self.switch.check_sync()?;
         self.inner.sync_data()
     }
 
@@ -151,7 +182,10 @@ impl Store {
         options: StoreOptions,
         switch: DiskSwitch,
     ) -> Result<Store> {
-        Store::open_with(path.as_ref(), options, |inner| FaultyDisk { inner, switch })
+        Store::open_with(path.as_ref(), options, move |inner| FaultyDisk {
+            inner,
+            switch: switch.clone(),
+        })
     }
 }
 
@@ -160,6 +194,70 @@ mod tests {
     use super::*;
     use lcm_core::message::{NewMessage, Role};
     use lcm_core::tokens::{Encoding, TokenCounter};
+
+    /// After a full or failing disk fails a commit (redb then refuses the database until it is
+    /// opened again), the same store handle works again once the disk is healthy: it reopens
+    /// its file, keeps every message acknowledged before, and passes the integrity check.
+    #[test]
+    fn the_same_store_works_again_once_the_disk_is_healthy() {
+        type Fail = fn(&DiskSwitch);
+        let modes: [(&str, Fail, bool); 3] = [
+            ("full", DiskSwitch::fill, true),
+            ("failing writes", DiskSwitch::fail_writes, false),
+            ("failing syncs", DiskSwitch::fail_syncs, false),
+        ];
+        for (mode, fail, full) in modes {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("lcm.redb");
+            let options = || StoreOptions::new(TokenCounter::new(Encoding::O200kBase));
+            let switch = DiskSwitch::default();
+            let store = Store::open_on_faulty_disk(&path, options(), switch.clone()).unwrap();
+            let session = store.create_session("s", None).unwrap();
+            store
+                .append(session, NewMessage::text(Role::User, "kept"))
+                .unwrap();
+            fail(&switch);
+            let error = store
+                .append(session, NewMessage::text(Role::User, "refused"))
+                .expect_err(mode);
+            assert!(error.is_storage_failure(), "{mode}: {error}");
+            assert_eq!(error.is_disk_full(), full, "{mode}: {error}");
+            // Still failing: the store tries to reopen and says why it cannot.
+            let again = store
+                .append(session, NewMessage::text(Role::User, "refused again"))
+                .expect_err(mode);
+            assert!(again.is_storage_failure(), "{mode}: {again}");
+            switch.free();
+            store
+                .append(session, NewMessage::text(Role::User, "after"))
+                .unwrap_or_else(|e| panic!("{mode}: the store works again: {e}"));
+            let texts = |store: &Store| -> Vec<String> {
+                store
+                    .session_messages(session, 0..10)
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.search_text().into_owned())
+                    .collect()
+            };
+            // Every acknowledged message, in order. A commit whose writes reached the file but
+            // whose sync failed was never acknowledged, and a disk may still have kept it (as
+            // a real one may after a failed fsync): only then may it be found.
+            let check = |found: Vec<String>, when: &str| {
+                let acknowledged: Vec<&String> =
+                    found.iter().filter(|t| !t.starts_with("refused")).collect();
+                assert_eq!(acknowledged, ["kept", "after"], "{mode} {when}: {found:?}");
+                if mode != "failing syncs" {
+                    assert_eq!(found.len(), 2, "{mode} {when}: {found:?}");
+                }
+            };
+            check(texts(&store), "after the failure");
+            let report = crate::integrity::check(&store, None).unwrap();
+            assert!(report.is_clean(), "{mode}: {:?}", report.violations);
+            drop(store);
+            let store = Store::open(&path, options()).unwrap();
+            check(texts(&store), "after reopening");
+        }
+    }
 
     #[test]
     fn a_full_disk_fails_the_commit_and_keeps_what_was_committed_before() {

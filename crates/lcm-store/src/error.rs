@@ -59,7 +59,12 @@ pub enum StoreError {
     /// full or failing, the store panicked): nothing of it was written, and the same request
     /// may succeed later. A failure of the server, not of the request.
     #[error("the commit failed, nothing was written: {detail}")]
-    CommitFailed { detail: String },
+    CommitFailed {
+        detail: String,
+        /// Whether the disk was full (`ENOSPC`, a quota): the commit may succeed once space is
+        /// freed.
+        disk_full: bool,
+    },
     #[error("corrupt record in table `{table}`: {detail}")]
     Corrupt { table: &'static str, detail: String },
     #[error("database error: {0}")]
@@ -103,7 +108,65 @@ via_redb_error!(
     redb::SetDurabilityError
 );
 
+/// `ENOSPC` (no space left on device) and `EDQUOT` (disk quota exceeded), as Linux numbers them.
+const DISK_FULL_ERRNOS: [i32; 2] = [28, 122];
+
+/// Whether `error` says the disk is full.
+pub fn io_error_is_disk_full(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    ) || error
+        .raw_os_error()
+        .is_some_and(|code| DISK_FULL_ERRNOS.contains(&code))
+}
+
+/// Whether an error's text carries a full disk's I/O error (`... (os error 28)`).
+fn mentions_disk_full(text: &str) -> bool {
+    DISK_FULL_ERRNOS
+        .iter()
+        .any(|code| text.contains(&format!("(os error {code})")))
+}
+
 impl StoreError {
+    /// Whether the disk is full (`ENOSPC` or a quota): the write failed for want of space and
+    /// may succeed once space is freed. The HTTP API answers 507.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::CommitFailed { disk_full, .. } => *disk_full,
+            StoreError::Io { source, .. } => io_error_is_disk_full(source),
+            StoreError::Database(redb::Error::Io(source)) => io_error_is_disk_full(source),
+            StoreError::Database(other) => mentions_disk_full(&other.to_string()),
+            StoreError::Index { source, .. } => {
+                let mut next: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+                while let Some(e) = next {
+                    if let Some(io) = e.downcast_ref::<std::io::Error>()
+                        && io_error_is_disk_full(io)
+                    {
+                        return true;
+                    }
+                    next = e.source();
+                }
+                // Errors that kept only the I/O error's text.
+                mentions_disk_full(&source.to_string())
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the storage failed (the disk, the database file, the index), not the request:
+    /// nothing of the failed write was kept and the same request may succeed later. The HTTP
+    /// API answers 503 (507 when [`StoreError::is_disk_full`]).
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(
+            self,
+            StoreError::CommitFailed { .. }
+                | StoreError::Database(_)
+                | StoreError::Io { .. }
+                | StoreError::Index { .. }
+        )
+    }
+
     /// An I/O error on `path`.
     pub fn io(path: &std::path::Path, source: std::io::Error) -> StoreError {
         StoreError::Io {

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use lcm_core::formats::lcm as lcm_format;
 use lcm_core::ids::{MessageId, SessionId};
@@ -22,7 +23,7 @@ use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata, Tabl
 
 use crate::coalesced_file::CoalescedFile;
 use crate::codec;
-use crate::db::Db;
+use crate::db::{Db, Watched, Writable};
 use crate::error::{Result, StoreError};
 use crate::files::{Appending, FileCandidates, FileRules, FileTables};
 use crate::message_rows::{self, PackWriter};
@@ -168,31 +169,46 @@ impl Store {
     pub(crate) fn open_with<B: redb::StorageBackend>(
         path: &Path,
         options: StoreOptions,
-        wrap: impl FnOnce(CoalescedFile) -> B,
+        wrap: impl Fn(CoalescedFile) -> B + Send + Sync + 'static,
     ) -> Result<Store> {
-        let io_error = |source| StoreError::Io {
+        if reset_interrupted_creation(path).map_err(|source| StoreError::Io {
             path: path.display().to_string(),
             source,
-        };
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(io_error)?;
-        if reset_interrupted_creation(path).map_err(io_error)? {
+        })? {
             tracing::warn!(path = %path.display(), "the store's creation was interrupted (nothing was ever stored in it); creating it again");
         }
-        let backend = wrap(CoalescedFile::new(redb::backends::FileBackend::new(file)?));
-        let db = match Database::builder().create_with_backend(backend) {
-            Ok(db) => db,
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                return Err(StoreError::AlreadyOpen(path.display().to_string()));
+        let owned = path.to_path_buf();
+        // Also how the database is opened again after an I/O error (see `crate::db`).
+        let open = move || -> Result<(Database, Arc<AtomicBool>)> {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&owned)
+                .map_err(|source| StoreError::Io {
+                    path: owned.display().to_string(),
+                    source,
+                })?;
+            let failed = Arc::new(AtomicBool::new(false));
+            let backend = Watched {
+                inner: wrap(CoalescedFile::new(redb::backends::FileBackend::new(file)?)),
+                failed: Arc::clone(&failed),
+            };
+            match Database::builder().create_with_backend(backend) {
+                Ok(db) => Ok((db, failed)),
+                Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                    Err(StoreError::AlreadyOpen(owned.display().to_string()))
+                }
+                Err(e) => Err(e.into()),
             }
-            Err(e) => return Err(e.into()),
         };
-        Self::init(db, options, Some(path.to_path_buf()))
+        let (db, failed) = open()?;
+        Self::init(
+            Writable::new(db, failed, Some(Box::new(open))),
+            options,
+            Some(path.to_path_buf()),
+        )
     }
 
     /// Opens a store on `backend`, which holds no file of its own (a simulated disk: tests of
@@ -201,8 +217,13 @@ impl Store {
         backend: B,
         options: StoreOptions,
     ) -> Result<Store> {
+        let failed = Arc::new(AtomicBool::new(false));
+        let backend = Watched {
+            inner: backend,
+            failed: Arc::clone(&failed),
+        };
         let db = Database::builder().create_with_backend(backend)?;
-        Self::init(db, options, None)
+        Self::init(Writable::new(db, failed, None), options, None)
     }
 
     /// Opens the existing store at `path` for reading only. Nothing is written, not even on
@@ -287,10 +308,14 @@ impl Store {
     /// A store in memory, for tests and benchmarks of code above the disk.
     pub fn open_in_memory(options: StoreOptions) -> Result<Store> {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
-        Self::init(db, options, None)
+        Self::init(
+            Writable::new(db, Arc::new(AtomicBool::new(false)), None),
+            options,
+            None,
+        )
     }
 
-    fn init(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<Store> {
+    fn init(db: Writable, options: StoreOptions, path: Option<PathBuf>) -> Result<Store> {
         let db = Db::Writable(db);
         // Opening an initialised store reads only: a write transaction would cost an fsync on
         // every open.
@@ -1320,10 +1345,16 @@ const REDB_HEADER_PAGE: u64 = 4096;
 /// when the file has its magic number (every store but an interrupted one).
 fn reset_interrupted_creation(path: &Path) -> std::io::Result<bool> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::OpenOptions::new()
+    let mut file = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(path)?;
+        .open(path)
+    {
+        Ok(file) => file,
+        // A new store: nothing was interrupted.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => return Ok(false),

@@ -6,6 +6,11 @@
 //! workers. A worker that panics or is killed as stuck is retried with backoff up to
 //! `runtime.compaction_max_attempts` times. Nothing is ever half-applied: each pass of a
 //! compaction is one redb transaction that is refused if its span changed.
+//!
+//! The compactor's own crash loses only what it can rebuild: its queue and its workers (killed
+//! with it; a pass they were committing either committed or did not). The root supervisor
+//! restarts it and tells every live session (`CompactorRestarted`), and each session with a
+//! request in flight sends it again, so the context requests waiting on it are answered.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -182,6 +187,11 @@ impl Actor for CompactorActor {
                         state.queue.push_back(session);
                     }
                 }
+                state
+                    .shared
+                    .faults
+                    .hit_async(FaultPoint::CompactorActorOnRequest, Some(session))
+                    .await;
                 start_queued(&myself, state).await;
             }
             CompactorMsg::Finished { session, result } => {
@@ -197,6 +207,11 @@ impl Actor for CompactorActor {
                 {
                     let _ = indexer.cast(IndexerMsg::Dirty);
                 }
+                state
+                    .shared
+                    .faults
+                    .hit_async(FaultPoint::CompactorActorOnFinished, Some(session))
+                    .await;
                 if let Some(job) = state.jobs.remove(&session) {
                     state.finished += 1;
                     reply(&job, result);

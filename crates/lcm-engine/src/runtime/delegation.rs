@@ -7,13 +7,26 @@
 //! limits. Only the final answer goes back to the caller. A worker that panics is started again
 //! (up to `runtime.subagent_max_attempts`) in the same session. The actor records the
 //! delegation tree's depth and fan-out.
+//!
+//! The runs in flight (their caller's reply port, child session, attempts and any result not yet
+//! delivered) live in a [`DelegationLedger`] of the runtime's shared state, not in the actor: a
+//! DelegationActor that crashes (its workers are killed with it) is restarted by the root
+//! supervisor, and its successor resumes every run it finds there: a result already received
+//! is delivered, a run whose session was being created gets it, and the others start a worker
+//! again in the same child session, up to `runtime.subagent_max_attempts` attempts in all.
+//! A run that cannot go on (attempts spent, its session unusable, the runtime stopping) fails
+//! cleanly: its child session gets a last system message starting with
+//! [`SUB_AGENT_END_MARKER`], then its caller gets the error. No child session is left
+//! without either the sub-agent's answer to its caller or that marker.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lcm_core::ids::SessionId;
+use lcm_core::message::{NewMessage, Role};
 use lcm_core::time::Timestamp;
 use lcm_llm::chat::{ChatProvider, ChatRequest, ChatResponse, ChatTurn, ToolSpec};
 use lcm_llm::provider::ProviderError;
@@ -52,6 +65,13 @@ pub struct DelegationStats {
     pub max_fanout: u64,
 }
 
+/// The text a failed sub-agent's child session ends with: a system message
+/// `"{SUB_AGENT_END_MARKER} <reason>"` written when its run could not answer its caller
+/// (its workers crashed too often, the DelegationActor crashed and the run could not be resumed,
+/// the runtime stopped under it). A child session ends either with the turns of a sub-agent
+/// that answered its caller or with this marker.
+pub const SUB_AGENT_END_MARKER: &str = "[lcm] sub-agent ended without an answer:";
+
 /// Messages of the [`DelegationActor`].
 pub(crate) enum DelegationMsg {
     /// Run a sub-agent for `caller`.
@@ -65,27 +85,68 @@ pub(crate) enum DelegationMsg {
         run: u64,
         result: Result<DelegateOutcome, ToolError>,
     },
+    /// Resume the runs a crashed predecessor left in the ledger (sent to itself on start).
+    Recover,
     /// Observable state.
     Stats(RpcReplyPort<DelegationStats>),
 }
 
 pub(crate) struct DelegationActor;
 
+/// A delegation in flight.
 struct Run {
     caller: Caller,
     request: DelegateRequest,
-    session: SessionId,
+    /// The child session's key (looked up when the actor crashed while creating it).
+    key: String,
+    /// The child session, once created.
+    session: Option<SessionId>,
     reply: Option<RpcReplyPort<Result<DelegateOutcome, ToolError>>>,
     attempts: u32,
-    worker: Option<ActorId>,
+    /// A worker's result not delivered yet (the actor may crash between the two).
+    result: Option<Result<DelegateOutcome, ToolError>>,
+    /// Held by the task storing an attempt's turns until it has stored the last one: the next
+    /// attempt and the end marker wait for it, so they come after every turn of a worker that
+    /// was killed.
+    turns: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The delegations in flight, in the runtime's shared state so that they outlive a crash of
+/// the DelegationActor (see the module docs).
+#[derive(Default)]
+pub(crate) struct DelegationLedger {
+    runs: Mutex<HashMap<u64, Run>>,
+    next_run: AtomicU64,
+}
+
+impl DelegationLedger {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Run>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Fails every run in flight (the runtime stops): each child session is marked, then each
+    /// caller answered.
+    pub(crate) async fn fail_all(shared: &SharedRef, reason: &str) {
+        let runs: Vec<u64> = shared.delegations.lock().keys().copied().collect();
+        for run in runs {
+            fail_run(shared, run, reason).await;
+        }
+    }
 }
 
 pub(crate) struct DelegationState {
     shared: SharedRef,
     heartbeat: Arc<Heartbeat>,
-    runs: HashMap<u64, Run>,
+    /// This incarnation's workers and the run each works for.
     workers: HashMap<ActorId, u64>,
-    next_run: u64,
     fanout: HashMap<Option<SessionId>, u64>,
     stats: DelegationStats,
 }
@@ -98,15 +159,17 @@ impl Actor for DelegationActor {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         (shared, heartbeat): Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
+        // Runs a crashed predecessor left: resumed before anything else is handled.
+        if !shared.delegations.is_empty() {
+            let _ = myself.cast(DelegationMsg::Recover);
+        }
         Ok(DelegationState {
             shared,
             heartbeat,
-            runs: HashMap::new(),
             workers: HashMap::new(),
-            next_run: 0,
             fanout: HashMap::new(),
             stats: DelegationStats::default(),
         })
@@ -126,18 +189,28 @@ impl Actor for DelegationActor {
                 reply,
             } => start_run(&myself, state, caller, request, reply).await?,
             DelegationMsg::Finished { run, result } => {
-                if let Some(mut r) = state.runs.remove(&run) {
-                    if let Some(id) = r.worker.take() {
-                        state.workers.remove(&id);
+                state.workers.retain(|_, r| *r != run);
+                let session = {
+                    let mut runs = state.shared.delegations.lock();
+                    match runs.get_mut(&run) {
+                        Some(r) => {
+                            r.result = Some(result);
+                            r.session
+                        }
+                        None => return Ok(()),
                     }
-                    if let Some(reply) = r.reply.take() {
-                        let _ = reply.send(result);
-                    }
-                }
+                };
+                state
+                    .shared
+                    .faults
+                    .hit_async(FaultPoint::DelegationActorBeforeReply, session)
+                    .await;
+                deliver(&state.shared, run);
             }
+            DelegationMsg::Recover => recover(&myself, state).await,
             DelegationMsg::Stats(reply) => {
                 let mut stats = state.stats.clone();
-                stats.running = state.runs.len();
+                stats.running = state.shared.delegations.len();
                 let _ = reply.send(stats);
             }
         }
@@ -158,27 +231,30 @@ impl Actor for DelegationActor {
             return Ok(());
         };
         state.stats.worker_failures += 1;
-        let Some(r) = state.runs.get_mut(&run) else {
+        let Some((session, attempts)) = state
+            .shared
+            .delegations
+            .lock()
+            .get(&run)
+            .filter(|r| r.result.is_none())
+            .map(|r| (r.session, r.attempts))
+        else {
             return Ok(());
         };
-        r.worker = None;
         state.shared.emit(RuntimeEvent::ActorFailed {
             kind: ActorKind::Delegation,
-            session: Some(r.session),
+            session,
             error: error.clone(),
         });
-        if r.attempts < state.shared.config.runtime.subagent_max_attempts {
+        if attempts < state.shared.config.runtime.subagent_max_attempts {
             start_worker(&myself, state, run).await;
-        } else if let Some(mut r) = state.runs.remove(&run)
-            && let Some(reply) = r.reply.take()
-        {
-            let _ = reply.send(Err(ToolError::Failed {
-                tool: tool_name(r.request.kind).into(),
-                message: format!(
-                    "the sub-agent in {} crashed {} times (last: {error})",
-                    r.session, r.attempts
-                ),
-            }));
+        } else {
+            fail_run(
+                &state.shared,
+                run,
+                &format!("the sub-agent crashed {attempts} times (last: {error})"),
+            )
+            .await;
         }
         Ok(())
     }
@@ -188,6 +264,139 @@ fn tool_name(kind: DelegateKind) -> &'static str {
     match kind {
         DelegateKind::Task => "Task",
         DelegateKind::Expansion => "lcm_expand_query",
+    }
+}
+
+/// Answers `run`'s caller with its result, if it has one, and forgets the run.
+fn deliver(shared: &SharedRef, run: u64) {
+    let mut runs = shared.delegations.lock();
+    if runs.get(&run).is_some_and(|r| r.result.is_some())
+        && let Some(mut r) = runs.remove(&run)
+        && let (Some(reply), Some(result)) = (r.reply.take(), r.result.take())
+    {
+        let _ = reply.send(result);
+    }
+}
+
+/// Fails `run` cleanly: its child session (if it was created) gets the end marker, then its
+/// caller gets an error naming the session and `reason`.
+async fn fail_run(shared: &SharedRef, run: u64, reason: &str) {
+    let Some(mut r) = shared.delegations.lock().remove(&run) else {
+        return;
+    };
+    let tool = tool_name(r.request.kind);
+    let message = match r.session {
+        Some(session) => match mark_ended(shared, session, &r.turns, reason).await {
+            Ok(()) => format!("{reason}; its session {session} is marked as ended"),
+            Err(e) => format!("{reason}; its session {session} could not be marked: {e}"),
+        },
+        None => reason.to_string(),
+    };
+    if let Some(reply) = r.reply.take() {
+        let _ = reply.send(Err(ToolError::Failed {
+            tool: tool.into(),
+            message,
+        }));
+    }
+}
+
+/// How long the end marker waits for a killed worker's last turns to be stored.
+const TURNS_DRAIN: Duration = Duration::from_secs(30);
+
+/// Appends the end marker to `session` (through the single writer, durable when it returns),
+/// after the turns of its last attempt (`turns`, see [`Run::turns`]).
+async fn mark_ended(
+    shared: &SharedRef,
+    session: SessionId,
+    turns: &Arc<tokio::sync::Mutex<()>>,
+    reason: &str,
+) -> Result<(), String> {
+    let _stored = tokio::time::timeout(TURNS_DRAIN, Arc::clone(turns).lock_owned()).await;
+    let message = NewMessage::text(Role::System, format!("{SUB_AGENT_END_MARKER} {reason}"));
+    let s = shared.clone();
+    let prepared = join_blocking(
+        tokio::task::spawn_blocking(move || s.store.prepare_append(vec![(session, message)])).await,
+    )
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
+    shared
+        .writer
+        .commit(prepared)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Resumes the runs a crashed predecessor left in the ledger (see the module docs).
+async fn recover(myself: &ActorRef<DelegationMsg>, state: &mut DelegationState) {
+    let shared = state.shared.clone();
+    let runs: Vec<u64> = shared.delegations.lock().keys().copied().collect();
+    let max_attempts = shared.config.runtime.subagent_max_attempts;
+    for run in runs {
+        let Some((session, key, parent, attempts, answered)) =
+            shared.delegations.lock().get(&run).map(|r| {
+                (
+                    r.session,
+                    r.key.clone(),
+                    r.caller.session,
+                    r.attempts,
+                    r.result.is_some(),
+                )
+            })
+        else {
+            continue;
+        };
+        if answered {
+            deliver(&shared, run);
+            continue;
+        }
+        if session.is_none() {
+            // The predecessor crashed while creating the session: it exists or it does not.
+            let store = Arc::clone(&shared.store);
+            let found =
+                tokio::task::spawn_blocking(move || match store.session_id_for_key(&key)? {
+                    Some(id) => Ok(id),
+                    None => store.create_session(&key, parent),
+                })
+                .await;
+            match found {
+                Ok(Ok(id)) => {
+                    if let Some(r) = shared.delegations.lock().get_mut(&run) {
+                        r.session = Some(id);
+                    }
+                }
+                Ok(Err(e)) => {
+                    fail_run(
+                        &shared,
+                        run,
+                        &format!("its session could not be created: {e}"),
+                    )
+                    .await;
+                    continue;
+                }
+                Err(e) => {
+                    fail_run(
+                        &shared,
+                        run,
+                        &format!("its session could not be created: {e}"),
+                    )
+                    .await;
+                    continue;
+                }
+            }
+        }
+        if attempts >= max_attempts {
+            fail_run(
+                &shared,
+                run,
+                &format!(
+                    "the delegation actor crashed while the sub-agent ran, after {attempts} attempts"
+                ),
+            )
+            .await;
+        } else {
+            start_worker(myself, state, run).await;
+        }
     }
 }
 
@@ -230,8 +439,12 @@ async fn start_run(
         }));
         return Ok(());
     }
-    state.next_run += 1;
-    let run = state.next_run;
+    let run = state
+        .shared
+        .delegations
+        .next_run
+        .fetch_add(1, Ordering::Relaxed)
+        + 1;
     let parent = caller.session;
     let key = format!(
         "{}/{}-{}-{run}",
@@ -242,6 +455,21 @@ async fn start_run(
         },
         Timestamp::now().millis()
     );
+    let depth = caller.depth + 1;
+    // In the ledger before the session exists: a crash from here on leaves a run to resume.
+    state.shared.delegations.lock().insert(
+        run,
+        Run {
+            caller,
+            request,
+            key: key.clone(),
+            session: None,
+            reply: Some(reply),
+            attempts: 0,
+            result: None,
+            turns: Arc::new(tokio::sync::Mutex::new(())),
+        },
+    );
     let store = Arc::clone(&state.shared.store);
     let session = join_blocking(
         tokio::task::spawn_blocking(move || store.create_session(&key, parent)).await,
@@ -249,59 +477,66 @@ async fn start_run(
     let session = match session {
         Ok(s) => s,
         Err(e) => {
-            let _ = reply.send(Err(ToolError::failed(tool, e)));
+            if let Some(mut r) = state.shared.delegations.lock().remove(&run)
+                && let Some(reply) = r.reply.take()
+            {
+                let _ = reply.send(Err(ToolError::failed(tool, e)));
+            }
             return Ok(());
         }
     };
-    let depth = caller.depth + 1;
+    if let Some(r) = state.shared.delegations.lock().get_mut(&run) {
+        r.session = Some(session);
+    }
     state.stats.started += 1;
     state.stats.max_depth = state.stats.max_depth.max(depth);
     let fanout = state.fanout.entry(parent).or_default();
     *fanout += 1;
     state.stats.max_fanout = state.stats.max_fanout.max(*fanout);
-    state.runs.insert(
-        run,
-        Run {
-            caller,
-            request,
-            session,
-            reply: Some(reply),
-            attempts: 0,
-            worker: None,
-        },
-    );
+    state
+        .shared
+        .faults
+        .hit_async(FaultPoint::DelegationActorBeforeWorker, Some(session))
+        .await;
     start_worker(myself, state, run).await;
     Ok(())
 }
 
 async fn start_worker(myself: &ActorRef<DelegationMsg>, state: &mut DelegationState, run: u64) {
-    let Some(r) = state.runs.get_mut(&run) else {
-        return;
-    };
     let Some(llm) = state.shared.llm.clone() else {
         return;
     };
-    r.attempts += 1;
-    let task = SubAgentRun {
-        shared: state.shared.clone(),
-        run,
-        session: r.session,
-        caller: r.caller.clone(),
-        request: r.request.clone(),
-        chat: llm.chat,
-        delegation: myself.clone(),
+    let task = {
+        let mut runs = state.shared.delegations.lock();
+        let Some(r) = runs.get_mut(&run) else {
+            return;
+        };
+        let Some(session) = r.session else {
+            return;
+        };
+        r.attempts += 1;
+        SubAgentRun {
+            shared: state.shared.clone(),
+            run,
+            session,
+            caller: r.caller.clone(),
+            request: r.request.clone(),
+            chat: llm.chat,
+            delegation: myself.clone(),
+            turns: Arc::clone(&r.turns),
+        }
     };
     match spawn_worker(task, myself.get_cell()).await {
         Ok(worker) => {
-            r.worker = Some(worker.get_id());
             state.workers.insert(worker.get_id(), run);
         }
         Err(e) => {
-            if let Some(mut r) = state.runs.remove(&run)
-                && let Some(reply) = r.reply.take()
-            {
-                let _ = reply.send(Err(ToolError::failed(tool_name(r.request.kind), e)));
-            }
+            fail_run(
+                &state.shared,
+                run,
+                &format!("could not start a sub-agent worker: {e}"),
+            )
+            .await;
         }
     }
 }
@@ -315,6 +550,8 @@ struct SubAgentRun {
     request: DelegateRequest,
     chat: Arc<dyn ChatProvider>,
     delegation: ActorRef<DelegationMsg>,
+    /// See [`Run::turns`].
+    turns: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[async_trait]
@@ -372,7 +609,11 @@ async fn run_sub_agent(state: &SubAgentRun) -> Result<DelegateOutcome, ToolError
     let session = state.session;
     let stored = Arc::new(StoredTurns::default());
     let storing_progress = Arc::clone(&stored);
+    // After the turns of an earlier attempt (killed with its worker) are all stored; held until
+    // this attempt's last turn is.
+    let turns_guard = Arc::clone(&state.turns).lock_owned().await;
     let storing = tokio::spawn(async move {
+        let _turns_guard = turns_guard;
         while let Some(turn) = rx.recv().await {
             let message = turn_to_message(&turn);
             let s = writer_shared.clone();
@@ -496,6 +737,9 @@ fn empty_registry() -> &'static crate::tools::ToolRegistry {
     EMPTY.get_or_init(crate::tools::ToolRegistry::new)
 }
 
+/// How many times a delegation is sent to a DelegationActor that drops it unrecorded.
+const DELEGATE_SEND_ATTEMPTS: u32 = 3;
+
 /// The runtime as a [`Delegator`]: sends runs to the DelegationActor.
 #[derive(Clone)]
 pub(crate) struct RuntimeDelegator {
@@ -517,32 +761,47 @@ impl Delegator for RuntimeDelegator {
     ) -> Result<DelegateOutcome, ToolError> {
         let tool = tool_name(request.kind);
         let shared = &self.shared;
-        let deadline = std::time::Instant::now() + shared.call_timeout();
-        let actor = shared
-            .services
-            .delegation
-            .wait(ActorKind::Delegation, shared, deadline)
-            .await
-            .map_err(|e| ToolError::failed(tool, e))?;
-        let caller = caller.clone();
-        // A sub-agent is bounded by its own deadline, not by the call timeout.
-        match actor
-            .call(
-                move |reply| DelegationMsg::Run {
-                    caller,
-                    request,
-                    reply,
-                },
-                None,
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(result)) => result,
-            _ => Err(ToolError::failed(
-                tool,
-                "the delegation actor stopped before the sub-agent answered",
-            )),
+        // A run the actor records is answered even if the actor crashes (the ledger keeps its
+        // reply port). A request dropped unanswered was never recorded (it was still in the
+        // mailbox of an actor that crashed): nothing of it exists, so it is sent again to the
+        // restarted actor, a bounded number of times.
+        let mut last_error = String::new();
+        for _ in 0..DELEGATE_SEND_ATTEMPTS {
+            let deadline = std::time::Instant::now() + shared.call_timeout();
+            let actor = shared
+                .services
+                .delegation
+                .wait(ActorKind::Delegation, shared, deadline)
+                .await
+                .map_err(|e| ToolError::failed(tool, e))?;
+            let caller = caller.clone();
+            let request = request.clone();
+            // A sub-agent is bounded by its own deadline, not by the call timeout.
+            match actor
+                .call(
+                    move |reply| DelegationMsg::Run {
+                        caller,
+                        request,
+                        reply,
+                    },
+                    None,
+                )
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(result)) => return result,
+                Ok(ractor::rpc::CallResult::SenderError) => {
+                    last_error = "it stopped before answering".into();
+                }
+                Ok(ractor::rpc::CallResult::Timeout) => last_error = "no answer in time".into(),
+                Err(_) => last_error = "it was not running".into(),
+            }
         }
+        Err(ToolError::failed(
+            tool,
+            format!(
+                "the delegation actor stopped {DELEGATE_SEND_ATTEMPTS} times before taking the sub-agent's run (last: {last_error}); no sub-agent session was created"
+            ),
+        ))
     }
 
     fn has_model(&self) -> bool {

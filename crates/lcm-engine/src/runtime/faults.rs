@@ -29,6 +29,12 @@ pub enum FaultPoint {
     CompactorBeforeCommit,
     /// Compaction worker: after a summary's transaction committed.
     CompactorAfterCommit,
+    /// CompactorActor itself (not a worker): a session's request recorded, before a worker is
+    /// started for it. The actor's crash loses its queue and kills its running workers.
+    CompactorActorOnRequest,
+    /// CompactorActor itself: a worker's result received (its passes committed), before it is
+    /// sent on to the session.
+    CompactorActorOnFinished,
     /// IntegrityActor: during a check.
     IntegrityMidCheck,
     /// Search indexer: before an index commit.
@@ -43,6 +49,11 @@ pub enum FaultPoint {
     MapPoolOnEnded,
     /// DelegationActor: during a sub-agent's provider call.
     DelegationMidLlmCall,
+    /// DelegationActor itself (not a worker): a run's child session created, before its worker
+    /// starts. Other sub-agents may be in flight; the crash kills their workers.
+    DelegationActorBeforeWorker,
+    /// DelegationActor itself: a sub-agent's result received, before its caller is answered.
+    DelegationActorBeforeReply,
 }
 
 impl fmt::Display for FaultPoint {

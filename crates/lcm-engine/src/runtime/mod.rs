@@ -75,7 +75,7 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::broadcast;
 
 pub use compactor::CompactorStats;
-pub use delegation::DelegationStats;
+pub use delegation::{DelegationStats, SUB_AGENT_END_MARKER};
 pub use error::RuntimeError;
 pub use events::RuntimeEvent;
 pub use faults::{Fault, FaultPoint, Faults};

@@ -21,7 +21,7 @@ use ractor::{
 
 use super::assembler::AssemblerActor;
 use super::compactor::CompactorActor;
-use super::delegation::DelegationActor;
+use super::delegation::{DelegationActor, DelegationLedger};
 use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::indexer::IndexerActor;
@@ -131,6 +131,9 @@ impl Actor for RootActor {
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
+        // Sub-agents in flight end with the runtime: their sessions marked, their callers told.
+        DelegationLedger::fail_all(&state.shared, "the runtime stopped while the sub-agent ran")
+            .await;
         let services = &state.shared.services;
         services.assembler.set(None);
         services.compactor.set(None);

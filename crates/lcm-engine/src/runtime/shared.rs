@@ -21,6 +21,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::assembler::AssemblerMsg;
 use super::compactor::CompactorMsg;
+use super::delegation::DelegationLedger;
 use super::error::RuntimeError;
 use super::events::RuntimeEvent;
 use super::faults::Faults;
@@ -46,6 +47,8 @@ pub(crate) struct Shared {
     pub(crate) faults: Arc<Faults>,
     pub(crate) writer: GroupWriter,
     pub(crate) services: Services,
+    /// The delegations in flight (outside the DelegationActor, which may crash).
+    pub(crate) delegations: DelegationLedger,
     /// Whether the runtime is shutting down (a watch, so that waiters on a slot wake at once).
     closing: watch::Sender<bool>,
     /// Every [`SharedRef`] holds a receiver of it: once they are all dropped, `closed`
@@ -76,6 +79,7 @@ impl Shared {
             faults: Arc::new(Faults::default()),
             writer,
             services: Services::default(),
+            delegations: DelegationLedger::default(),
             closing: watch::Sender::new(false),
             leases: watch::Sender::new(()),
         }

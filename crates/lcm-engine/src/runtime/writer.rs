@@ -137,9 +137,11 @@ fn commit_group(store: &Store, group: Vec<Request>) {
                 "the group commit of {} batches failed: {error}",
                 replies.len()
             );
+            let disk_full = error.is_disk_full();
             for reply in replies {
                 let _ = reply.send(Err(StoreError::CommitFailed {
                     detail: detail.clone(),
+                    disk_full,
                 }));
             }
         }
@@ -160,6 +162,7 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
         Err(StoreError::CommitFailed {
             detail: "the store panicked during the commit".into(),
+            disk_full: false,
         })
     })
 }
@@ -214,7 +217,7 @@ mod tests {
         commit_group(&store, group);
         for mut answer in answers {
             match answer.try_recv().unwrap() {
-                Err(StoreError::CommitFailed { detail }) => {
+                Err(StoreError::CommitFailed { detail, .. }) => {
                     assert!(detail.contains("group commit"), "{detail}")
                 }
                 other => panic!("expected CommitFailed, got {other:?}"),

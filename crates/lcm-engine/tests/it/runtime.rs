@@ -533,11 +533,23 @@ async fn a_full_disk_fails_appends_as_storage_errors_and_loses_nothing_acknowled
         .collect();
     for append in appends {
         match append.await.unwrap() {
-            Err(RuntimeError::Store(StoreError::CommitFailed { .. }))
-            | Err(RuntimeError::Store(StoreError::Database(_))) => {}
+            Err(RuntimeError::Store(e @ StoreError::CommitFailed { .. }))
+            | Err(RuntimeError::Store(e @ StoreError::Database(_))) => {
+                assert!(e.is_disk_full(), "{e}");
+            }
             other => panic!("a full disk is a storage failure, got {other:?}"),
         }
     }
+    // Space is back: the same runtime appends again (the store reopens its file).
+    disk.free();
+    for (s, session) in sessions.iter().enumerate() {
+        session
+            .append(message(200 + s))
+            .await
+            .expect("acknowledged once the disk has space");
+    }
+    let outcome = runtime.check_integrity(false).await.unwrap();
+    assert!(outcome.report.is_clean(), "{:?}", outcome.report.violations);
     runtime.shutdown(Duration::from_secs(5)).await.unwrap();
     drop(sessions);
     drop(runtime);
@@ -548,9 +560,14 @@ async fn a_full_disk_fails_appends_as_storage_errors_and_loses_nothing_acknowled
         let messages = store.session_messages(session, 0..10).unwrap();
         assert_eq!(
             messages.len(),
-            1,
-            "{key}: the acknowledged append, and only it"
+            2,
+            "{key}: the acknowledged appends, and only they"
         );
         assert!(messages[0].search_text().contains(&format!("turn {s}: ")));
+        assert!(
+            messages[1]
+                .search_text()
+                .contains(&format!("turn {}: ", 200 + s))
+        );
     }
 }

@@ -580,75 +580,104 @@ async fn large_messages_and_the_system_prompt_stay_within_the_budget() {
     );
 }
 
-/// A full disk during a group commit is the server's failure: 500 `storage_error` (never 400
-/// `invalid_message`, which would tell the client to change its request), and what was
-/// acknowledged before the disk filled is all still there.
+/// A full disk during a group commit is 507 `insufficient_storage`, a failing disk 503
+/// `storage_error` (never 400 `invalid_message`, which would tell the client to change its
+/// request); what was acknowledged before stays, and once the disk is healthy again the same
+/// daemon (no restart) acknowledges the same requests and its store passes the integrity check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_is_a_500_storage_error_and_loses_nothing_acknowledged() {
+async fn a_full_disk_is_507_a_failing_disk_503_and_both_recover_without_a_restart() {
     use lcm_core::tokens::TokenCounter;
     use lcm_engine::runtime::{Runtime, RuntimeOptions};
     use lcm_store::disk_faults::DiskSwitch;
     use lcm_store::{Store, StoreOptions};
 
-    let (setup, tmp, root) = Setup::new();
-    let store_dir = tempfile::tempdir().unwrap();
-    let path = store_dir.path().join("lcm.redb");
-    let options = || StoreOptions {
-        counter: TokenCounter::new(setup.config.tokenizer.encoding()),
-        files: (&setup.config.files).into(),
-    };
-    let disk = DiskSwitch::default();
-    let store = Store::open_on_faulty_disk(&path, options(), disk.clone()).unwrap();
-    let runtime = Runtime::open_on_store(store, RuntimeOptions::in_memory(setup.config.clone()))
-        .await
-        .unwrap();
-    let stored_options = options();
-    let mut server = serve(runtime, setup, tmp, root).await;
-    let ids = [
-        server.session("disk-a").await,
-        server.session("disk-b").await,
+    type Fail = fn(&DiskSwitch);
+    let modes: [(Fail, StatusCode, &str); 2] = [
+        (
+            DiskSwitch::fill,
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient_storage",
+        ),
+        (
+            DiskSwitch::fail_writes,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_error",
+        ),
     ];
-    for id in &ids {
-        let kept = server
-            .post(
-                &format!("/v1/sessions/{id}/messages"),
-                &json!({"role": "user", "content": "acknowledged", "key": "k-0"}),
-            )
-            .await;
-        assert_eq!(kept.status, StatusCode::CREATED, "{kept:?}");
-    }
-
-    disk.fill();
-    // Appends to both sessions at once, so that the writer groups them in one commit.
-    let server_ref = &server;
-    let posts = ids.iter().flat_map(|id| {
-        (1..4).map(move |n| async move {
-            server_ref
+    for (fail, status, kind) in modes {
+        let (setup, tmp, root) = Setup::new();
+        let store_dir = tempfile::tempdir().unwrap();
+        let path = store_dir.path().join("lcm.redb");
+        let options = || StoreOptions {
+            counter: TokenCounter::new(setup.config.tokenizer.encoding()),
+            files: (&setup.config.files).into(),
+        };
+        let disk = DiskSwitch::default();
+        let store = Store::open_on_faulty_disk(&path, options(), disk.clone()).unwrap();
+        let runtime =
+            Runtime::open_on_store(store, RuntimeOptions::in_memory(setup.config.clone()))
+                .await
+                .unwrap();
+        let stored_options = options();
+        let mut server = serve(runtime, setup, tmp, root).await;
+        let ids = [
+            server.session("disk-a").await,
+            server.session("disk-b").await,
+        ];
+        for id in &ids {
+            let kept = server
                 .post(
                     &format!("/v1/sessions/{id}/messages"),
-                    &json!({"role": "user", "content": "refused by the disk", "key": format!("k-{n}")}),
+                    &json!({"role": "user", "content": "acknowledged", "key": "k-0"}),
                 )
-                .await
-        })
-    });
-    let answers = futures_util::future::join_all(posts).await;
-    for answer in answers {
-        assert_eq!(
-            (answer.status, answer.kind()),
-            (StatusCode::INTERNAL_SERVER_ERROR, "storage_error"),
-            "{answer:?}"
-        );
-    }
+                .await;
+            assert_eq!(kept.status, StatusCode::CREATED, "{kept:?}");
+        }
 
-    let runtime = server.runtime.clone();
-    let _ = server.stop().await;
-    drop(server);
-    runtime
-        .shutdown(std::time::Duration::from_secs(5))
-        .await
-        .ok();
-    drop(runtime);
-    let store = Store::open(&path, stored_options).unwrap();
-    let stats = store.stats().unwrap();
-    assert_eq!((stats.sessions, stats.messages), (2, 2));
+        fail(&disk);
+        // Appends to both sessions at once, so that the writer groups them in one commit.
+        let server_ref = &server;
+        let posts = ids.iter().flat_map(|id| {
+            (1..4).map(move |n| async move {
+                server_ref
+                    .post(
+                        &format!("/v1/sessions/{id}/messages"),
+                        &json!({"role": "user", "content": "refused by the disk", "key": format!("k-{n}")}),
+                    )
+                    .await
+            })
+        });
+        let answers = futures_util::future::join_all(posts).await;
+        for answer in answers {
+            assert_eq!((answer.status, answer.kind()), (status, kind), "{answer:?}");
+        }
+
+        // The disk is healthy again: the same requests are acknowledged, once each.
+        disk.free();
+        for id in &ids {
+            for n in 1..4 {
+                let answer = server
+                    .post(
+                        &format!("/v1/sessions/{id}/messages"),
+                        &json!({"role": "user", "content": "refused by the disk", "key": format!("k-{n}")}),
+                    )
+                    .await;
+                assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
+            }
+        }
+        let integrity = server.post("/v1/integrity", &json!({})).await;
+        assert_eq!(integrity.body["clean"], true, "{integrity:?}");
+
+        let runtime = server.runtime.clone();
+        let _ = server.stop().await;
+        drop(server);
+        runtime
+            .shutdown(std::time::Duration::from_secs(5))
+            .await
+            .ok();
+        drop(runtime);
+        let store = Store::open(&path, stored_options).unwrap();
+        let stats = store.stats().unwrap();
+        assert_eq!((stats.sessions, stats.messages), (2, 8), "{kind}");
+    }
 }

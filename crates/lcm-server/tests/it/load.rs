@@ -20,6 +20,7 @@ async fn concurrent_clients_lose_nothing_and_stay_within_budget() {
         appends: 120,
         assemblies: 12,
         budget: 2_000,
+        first_turn: 0,
     };
     let report = run(&server, shape).await;
     assert!(report.errors.is_empty(), "{:#?}", report.errors);

@@ -1,7 +1,8 @@
 //! A load generator for the daemon: N concurrent clients, each with a session of its own,
 //! appending messages one request at a time (each with a source key) and asking for the
 //! assembled context at regular intervals, over real HTTP on loopback. Used by the load test
-//! (`tests/it/load.rs`, small) and the load benchmark (`benches/load.rs`, 100 x 1,000).
+//! (`tests/it/load.rs`, small), the load benchmark (`benches/load.rs`, 100 x 1,000) and the
+//! soak (`benches/soak.rs`, rounds of it against an `lcm serve` process for 30 minutes).
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,20 @@ pub struct LoadShape {
     pub assemblies: usize,
     /// The budget of each assembly, tokens.
     pub budget: u64,
+    /// The turn number of each client's first append (0 for a fresh run; a later round of the
+    /// same sessions starts past the turns already sent, so its source keys are new).
+    pub first_turn: usize,
+}
+
+/// Where a load run sends its requests.
+#[derive(Debug, Clone)]
+pub struct LoadTarget {
+    /// The daemon's base URL (`http://127.0.0.1:PORT`).
+    pub url: String,
+    /// The bearer token, if the daemon wants one.
+    pub token: Option<String>,
+    /// The HTTP client (its connection pool is shared by every client of the run).
+    pub http: reqwest::Client,
 }
 
 /// What a load run measured.
@@ -95,12 +110,22 @@ pub fn session_key(client: usize) -> String {
 /// Runs `shape` against `server`; every client's requests run one after another, the clients
 /// at once.
 pub async fn run(server: &TestServer, shape: LoadShape) -> LoadReport {
+    let target = LoadTarget {
+        url: server.url.clone(),
+        token: server.token.clone(),
+        http: server.client.clone(),
+    };
+    run_at(&target, shape).await
+}
+
+/// Runs `shape` against the daemon at `target` (see [`run`]).
+pub async fn run_at(target: &LoadTarget, shape: LoadShape) -> LoadReport {
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for client in 0..shape.clients {
-        let url = server.url.clone();
-        let token = server.token.clone();
-        let http = server.client.clone();
+        let url = target.url.clone();
+        let token = target.token.clone();
+        let http = target.http.clone();
         tasks.spawn(async move { one_client(&http, &url, token.as_deref(), client, shape).await });
     }
     let mut report = LoadReport::default();
@@ -141,17 +166,20 @@ async fn one_client(
         }
         request.send()
     };
-    let created = send(
-        Method::POST,
-        "/v1/sessions".into(),
-        Some(json!({ "key": key }).to_string()),
-    )
-    .await;
-    if let Err(e) = created.and_then(|r| r.error_for_status()) {
-        report
-            .errors
-            .push(format!("{key}: creating the session: {e}"));
-        return report;
+    // A later round appends to the session its first round created.
+    if shape.first_turn == 0 {
+        let created = send(
+            Method::POST,
+            "/v1/sessions".into(),
+            Some(json!({ "key": key }).to_string()),
+        )
+        .await;
+        if let Err(e) = created.and_then(|r| r.error_for_status()) {
+            report
+                .errors
+                .push(format!("{key}: creating the session: {e}"));
+            return report;
+        }
     }
     // An assembly after every `every` appends (none when no assembly is asked for).
     let every = shape
@@ -159,7 +187,7 @@ async fn one_client(
         .checked_div(shape.assemblies)
         .map_or(usize::MAX, |n| n.max(1));
     let mut assembled = 0;
-    for turn in 0..shape.appends {
+    for turn in shape.first_turn..shape.first_turn + shape.appends {
         let role = if turn % 2 == 0 { "user" } else { "assistant" };
         let body =
             json!({"role": role, "content": message_text(client, turn), "key": format!("t{turn}")});
@@ -180,7 +208,7 @@ async fn one_client(
                 .push(format!("{key} append {turn}: status {}", r.status())),
             Err(e) => report.errors.push(format!("{key} append {turn}: {e}")),
         }
-        if (turn + 1) % every == 0 && assembled < shape.assemblies {
+        if (turn - shape.first_turn + 1).is_multiple_of(every) && assembled < shape.assemblies {
             assembled += 1;
             let t = Instant::now();
             let answer = send(
