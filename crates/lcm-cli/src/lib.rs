@@ -143,6 +143,7 @@ impl Mode {
 /// Runs the CLI with the process arguments; the process exit code.
 pub fn run() -> ExitCode {
     restore_sigpipe();
+    limit_malloc_arenas();
     let args: Vec<OsString> = std::env::args_os().collect();
     let cli = Cli::parse_from(&args);
     init_tracing();
@@ -207,6 +208,24 @@ fn restore_sigpipe() {
     // SAFETY: setting the disposition of SIGPIPE to its default before any thread starts.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// glibc's allocator gives threads up to eight arenas per core and returns freed memory inside
+/// an arena to the system rarely, so a daemon whose threads take turns on the store grows by
+/// fragments of freed pages for hours (docs/RELIABILITY.md, Soak). One arena per core keeps
+/// the parallel import's threads apart and the memory close to what is in use. An explicit
+/// `MALLOC_ARENA_MAX` in the environment wins.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let arenas = libc::c_int::try_from(cores).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only changes the allocator's parameters; called before any thread
+        // starts. It cannot fail for M_ARENA_MAX with a positive value.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, arenas);
+        }
     }
 }
 

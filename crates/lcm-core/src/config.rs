@@ -68,6 +68,12 @@ impl Config {
                 self.tokenizer.safety_margin
             )));
         }
+        if !(1..=1 << 20).contains(&self.storage.cache_mib) {
+            return Err(ConfigError::Invalid(format!(
+                "storage.cache_mib must be between 1 and 1048576 (1 TiB), got {}",
+                self.storage.cache_mib
+            )));
+        }
         if self.import.max_line_bytes < 1024 {
             return Err(ConfigError::Invalid(format!(
                 "import.max_line_bytes must be at least 1024, got {}",
@@ -96,13 +102,26 @@ impl Config {
     }
 }
 
-/// Where data lives.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// Where data lives, and what memory the store may keep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
     /// The data directory (the redb file and the index). `None`: the platform's data directory
     /// plus `lcm`, unless `--data-dir` or `LCM_DATA_DIR` says otherwise.
     pub data_dir: Option<PathBuf>,
+    /// The most memory, MiB, the store keeps of its file's pages (redb's page cache). Past it
+    /// the least recently used pages are dropped and read again from the file (then usually
+    /// from the operating system's own cache) when needed.
+    pub cache_mib: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            data_dir: None,
+            cache_mib: 1024,
+        }
+    }
 }
 
 /// How tokens are counted.
@@ -923,6 +942,10 @@ mod tests {
         assert!(err.to_string().contains("default_limit"), "{err}");
         let err = Config::from_toml("[tokenizer]\ndefault_encoding = \"gpt2\"\n").unwrap_err();
         assert!(err.to_string().contains("gpt2"), "{err}");
+        let err = Config::from_toml("[storage]\ncache_mib = 0\n").unwrap_err();
+        assert!(err.to_string().contains("storage.cache_mib"), "{err}");
+        let small = Config::from_toml("[storage]\ncache_mib = 64\n").unwrap();
+        assert_eq!(small.storage.cache_mib, 64);
     }
 
     #[test]

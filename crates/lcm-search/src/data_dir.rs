@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lcm_core::config::Config;
-use lcm_core::tokens::TokenCounter;
 
 use crate::index::SearchIndex;
 use crate::semantic::{Semantic, VECTORS_DIR};
@@ -40,7 +39,7 @@ impl DataDir {
             path: path.display().to_string(),
             source,
         })?;
-        let store = Store::open(path.join(STORE_FILE), store_options(config))?;
+        let store = Store::open(path.join(STORE_FILE), StoreOptions::from_config(config))?;
         Self::with_store(path, store, config)
     }
 
@@ -51,16 +50,19 @@ impl DataDir {
     /// an older lcm (only a writable open migrates it).
     pub fn open_read_only(path: impl AsRef<Path>, config: &Config) -> Result<DataDir> {
         let path = path.as_ref().to_path_buf();
-        let store = match Store::open_read_only(path.join(STORE_FILE), store_options(config)) {
-            Ok(store) => store,
-            Err(StoreError::NeedsRecovery(_) | StoreError::OlderSchema { .. }) => {
-                return Self::open(path, config);
-            }
-            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Self::open(path, config);
-            }
-            Err(e) => return Err(e),
-        };
+        let store =
+            match Store::open_read_only(path.join(STORE_FILE), StoreOptions::from_config(config)) {
+                Ok(store) => store,
+                Err(StoreError::NeedsRecovery(_) | StoreError::OlderSchema { .. }) => {
+                    return Self::open(path, config);
+                }
+                Err(StoreError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    return Self::open(path, config);
+                }
+                Err(e) => return Err(e),
+            };
         Self::with_store(path, store, config)
     }
 
@@ -82,13 +84,6 @@ impl DataDir {
     /// The data directory at `path` whose store and index are already open (by a runtime).
     pub fn from_parts(path: PathBuf, store: Arc<Store>, index: Arc<SearchIndex>) -> DataDir {
         DataDir { path, store, index }
-    }
-}
-
-fn store_options(config: &Config) -> StoreOptions {
-    StoreOptions {
-        counter: TokenCounter::new(config.tokenizer.encoding()),
-        files: (&config.files).into(),
     }
 }
 

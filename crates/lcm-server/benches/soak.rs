@@ -18,7 +18,8 @@
 //! `LCM_SOAK_SAMPLE_SECS` (5, RSS sampling), `LCM_SOAK_CLIENTS` (8), `LCM_SOAK_ROUND` (appends
 //! per client per round, 100), `LCM_SOAK_RATE` (150 appends per second at most, rounds are
 //! spaced to keep to it; 0: as fast as the daemon answers), `LCM_SOAK_MAP_ITEMS` (40 per job),
-//! `LCM_SOAK_MODEL_MS` (10, the scripted model's latency) change the shape; `LCM_BIN` names the
+//! `LCM_SOAK_MODEL_MS` (10, the scripted model's latency), `LCM_SOAK_CACHE_MIB` (256, the
+//! store's page cache, `[storage] cache_mib`) change the shape; `LCM_BIN` names the
 //! binary to run (default: the `lcm` of the profile's output directory, `target/release/lcm`
 //! for the `bench` profile).
 
@@ -63,11 +64,25 @@ fn daemon_binary() -> PathBuf {
     profile_dir.join("lcm")
 }
 
-/// The resident set of `pid`, KiB.
-fn rss_kib(pid: u32) -> Option<u64> {
+/// The resident set of a process, KiB: all of it, and its anonymous part (the heap and redb's
+/// page cache; the rest is mapped files: the binary, the index segments).
+#[derive(Clone, Copy, Default)]
+struct Resident {
+    total: u64,
+    anon: u64,
+}
+
+/// What `/proc/PID/status` says of `pid`'s resident set; `None` once it has exited.
+fn resident(pid: u32) -> Option<Resident> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    Some(Resident {
+        total: field("VmRSS:")?,
+        anon: field("RssAnon:")?,
+    })
 }
 
 /// The item a map request is about (the line after `Item (JSON):`).
@@ -162,6 +177,9 @@ fn main() {
     let round = env("LCM_SOAK_ROUND", 100) as usize;
     let map_items = env("LCM_SOAK_MAP_ITEMS", 40);
     let model_latency = Duration::from_millis(env("LCM_SOAK_MODEL_MS", 10));
+    // The store's page cache, MiB: smaller than the default 1 GiB so that the cache is full
+    // a few minutes in and the rest of the run shows whether anything else grows.
+    let cache_mib = env("LCM_SOAK_CACHE_MIB", 256);
     let rate = env("LCM_SOAK_RATE", 150);
     let binary = daemon_binary();
     assert!(
@@ -192,7 +210,8 @@ fn main() {
         let config = format!(
             "[llm]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"soak-model\"\n\n\
              [compaction]\nfresh_tail = 8\nleaf_chunk_tokens = 600\nleaf_target_tokens = 120\n\n\
-             [map]\nallowed_roots = [\"{}\"]\n",
+             [map]\nallowed_roots = [\"{}\"]\n\n\
+             [storage]\ncache_mib = {cache_mib}\n",
             upstream.url(),
             root.display()
         );
@@ -248,7 +267,7 @@ fn main() {
         println!(
             "soak: lcm serve (pid {pid}, {}) for {} s, {clients} clients x {round} appends per \
              round, at most {rate} appends/s, a map job of {map_items} items every interval, \
-             model latency {} ms, {} cores",
+             model latency {} ms, page cache {cache_mib} MiB, {} cores",
             binary.display(),
             total.as_secs(),
             model_latency.as_millis(),
@@ -257,13 +276,13 @@ fn main() {
 
         // RSS sampler.
         let started = Instant::now();
-        let samples = Arc::new(Mutex::new(Vec::<(Duration, u64)>::new()));
+        let samples = Arc::new(Mutex::new(Vec::<(Duration, Resident)>::new()));
         let sampler = {
             let samples = Arc::clone(&samples);
             tokio::spawn(async move {
-                while let Some(kib) = rss_kib(pid) {
+                while let Some(now) = resident(pid) {
                     if let Ok(mut s) = samples.lock() {
-                        s.push((started.elapsed(), kib));
+                        s.push((started.elapsed(), now));
                     }
                     tokio::time::sleep(sample).await;
                 }
@@ -277,8 +296,17 @@ fn main() {
         let mut first_turn = 0;
         let mut acked = 0usize;
         println!(
-            "{:>5} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "t s", "requests", "errors", "app p50", "app p99", "app max", "ctx p50", "ctx p99", "RSS MiB"
+            "{:>5} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "t s",
+            "requests",
+            "errors",
+            "app p50",
+            "app p99",
+            "app max",
+            "ctx p50",
+            "ctx p99",
+            "RSS MiB",
+            "anon MiB"
         );
         let mut reported = 0;
         while started.elapsed() < total {
@@ -445,13 +473,19 @@ fn main() {
             .iter()
             .find(|(t, _)| *t >= interval.min(total / 4))
             .or(samples.first());
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let at = |s: Option<&(Duration, Resident)>| s.map(|s| s.1).unwrap_or_default();
         println!(
-            "RSS: first {:.1} MiB, after warm-up ({} s) {:.1} MiB, last {:.1} MiB, max {:.1} MiB ({} samples)",
-            samples.first().map_or(0.0, |s| s.1 as f64 / 1024.0),
+            "RSS (anonymous part in brackets): first {:.1} ({:.1}) MiB, after warm-up ({} s) \
+             {:.1} ({:.1}) MiB, last {:.1} ({:.1}) MiB, max {:.1} MiB ({} samples)",
+            mib(at(samples.first()).total),
+            mib(at(samples.first()).anon),
             warm.map_or(0, |s| s.0.as_secs()),
-            warm.map_or(0.0, |s| s.1 as f64 / 1024.0),
-            samples.last().map_or(0.0, |s| s.1 as f64 / 1024.0),
-            samples.iter().map(|s| s.1).max().unwrap_or(0) as f64 / 1024.0,
+            mib(at(warm).total),
+            mib(at(warm).anon),
+            mib(at(samples.last()).total),
+            mib(at(samples.last()).anon),
+            mib(samples.iter().map(|s| s.1.total).max().unwrap_or(0)),
             samples.len()
         );
         println!(
@@ -495,7 +529,7 @@ fn main() {
 fn print_interval(
     k: usize,
     row: &Interval,
-    samples: &Mutex<Vec<(Duration, u64)>>,
+    samples: &Mutex<Vec<(Duration, Resident)>>,
     interval: Duration,
 ) {
     let p = LoadReport::percentile;
@@ -505,9 +539,9 @@ fn print_interval(
         .lock()
         .ok()
         .and_then(|s| s.iter().rev().find(|(t, _)| *t <= end).map(|s| s.1))
-        .unwrap_or(0);
+        .unwrap_or_default();
     println!(
-        "{:>5} {:>8} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.1}",
+        "{:>5} {:>8} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.1} {:>9.1}",
         end.as_secs(),
         row.appends.len() + row.assemblies.len(),
         row.errors.len(),
@@ -516,6 +550,7 @@ fn print_interval(
         ms(p(&row.appends, 100.0)),
         ms(p(&row.assemblies, 50.0)),
         ms(p(&row.assemblies, 99.0)),
-        rss as f64 / 1024.0
+        rss.total as f64 / 1024.0,
+        rss.anon as f64 / 1024.0
     );
 }

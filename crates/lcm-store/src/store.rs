@@ -87,14 +87,31 @@ pub struct StoreOptions {
     pub counter: TokenCounter,
     /// Which parts become file records, and the size of their exploration summaries.
     pub files: FileRules,
+    /// The most memory, bytes, redb keeps of the file's pages (`[storage] cache_mib`).
+    pub cache_bytes: usize,
 }
 
 impl StoreOptions {
-    /// Options with this counter and the default file rules.
+    /// redb's own default page cache, 1 GiB (`[storage] cache_mib = 1024`).
+    pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
+    /// Options with this counter, the default file rules and the default page cache.
     pub fn new(counter: TokenCounter) -> Self {
         StoreOptions {
             counter,
             files: FileRules::default(),
+            cache_bytes: Self::DEFAULT_CACHE_BYTES,
+        }
+    }
+
+    /// The options a configuration asks for: its tokenizer, its file rules, its page cache.
+    pub fn from_config(config: &lcm_core::config::Config) -> Self {
+        StoreOptions {
+            counter: TokenCounter::new(config.tokenizer.encoding()),
+            files: (&config.files).into(),
+            cache_bytes: usize::try_from(config.storage.cache_mib)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(1 << 20),
         }
     }
 }
@@ -178,6 +195,7 @@ impl Store {
             tracing::warn!(path = %path.display(), "the store's creation was interrupted (nothing was ever stored in it); creating it again");
         }
         let owned = path.to_path_buf();
+        let cache_bytes = options.cache_bytes;
         // Also how the database is opened again after an I/O error (see `crate::db`).
         let open = move || -> Result<(Database, Arc<AtomicBool>)> {
             let file = std::fs::OpenOptions::new()
@@ -195,7 +213,10 @@ impl Store {
                 inner: wrap(CoalescedFile::new(redb::backends::FileBackend::new(file)?)),
                 failed: Arc::clone(&failed),
             };
-            match Database::builder().create_with_backend(backend) {
+            match Database::builder()
+                .set_cache_size(cache_bytes)
+                .create_with_backend(backend)
+            {
                 Ok(db) => Ok((db, failed)),
                 Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                     Err(StoreError::AlreadyOpen(owned.display().to_string()))
@@ -222,7 +243,9 @@ impl Store {
             inner: backend,
             failed: Arc::clone(&failed),
         };
-        let db = Database::builder().create_with_backend(backend)?;
+        let db = Database::builder()
+            .set_cache_size(options.cache_bytes)
+            .create_with_backend(backend)?;
         Self::init(Writable::new(db, failed, None), options, None)
     }
 
@@ -233,7 +256,10 @@ impl Store {
     /// file with [`StoreError::Io`].
     pub fn open_read_only(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let path = path.as_ref();
-        let db = match redb::ReadOnlyDatabase::open(path) {
+        let db = match Database::builder()
+            .set_cache_size(options.cache_bytes)
+            .open_read_only(path)
+        {
             Ok(db) => db,
             Err(redb::DatabaseError::RepairAborted) => {
                 return Err(StoreError::NeedsRecovery(path.display().to_string()));
@@ -307,7 +333,9 @@ impl Store {
 
     /// A store in memory, for tests and benchmarks of code above the disk.
     pub fn open_in_memory(options: StoreOptions) -> Result<Store> {
-        let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
+        let db = Database::builder()
+            .set_cache_size(options.cache_bytes)
+            .create_with_backend(redb::backends::InMemoryBackend::new())?;
         Self::init(
             Writable::new(db, Arc::new(AtomicBool::new(false)), None),
             options,
@@ -1457,6 +1485,37 @@ mod tests {
             .unwrap();
         assert_eq!(next.id.0, id.0 + 1);
         assert_eq!(store.session(session).unwrap().message_count, 2);
+    }
+
+    /// A page cache far smaller than the store (`[storage] cache_mib = 1` against 6 MB of
+    /// messages) bounds memory only: everything written reads back, before and after a reopen.
+    #[test]
+    fn a_store_much_larger_than_its_page_cache_reads_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lcm.redb");
+        let config = lcm_core::config::Config::from_toml("[storage]\ncache_mib = 1\n").unwrap();
+        let small = || StoreOptions::from_config(&config);
+        assert_eq!(small().cache_bytes, 1 << 20);
+        let text = |i: usize| format!("message {i}: {}", "lossless context ".repeat(60));
+        let session = {
+            let store = Store::open(&path, small()).unwrap();
+            let session = store.create_session("s", None).unwrap();
+            for chunk in (0..6_000).collect::<Vec<_>>().chunks(500) {
+                let batch = chunk
+                    .iter()
+                    .map(|&i| NewMessage::text(Role::User, text(i)))
+                    .collect();
+                store.append_batch(session, batch).unwrap();
+            }
+            session
+        };
+        assert!(std::fs::metadata(&path).unwrap().len() > 6 << 20);
+        let store = Store::open(&path, small()).unwrap();
+        let read = store.session_messages(session, 0..u64::MAX).unwrap();
+        assert_eq!(read.len(), 6_000);
+        for (i, message) in read.iter().enumerate() {
+            assert_eq!(message.search_text(), text(i));
+        }
     }
 
     #[test]

@@ -599,11 +599,7 @@ fn open_store(
             Ok((dir.store, dir.index))
         }
         StoreLocation::Memory => {
-            let counter = TokenCounter::new(config.tokenizer.encoding());
-            let store = Store::open_in_memory(StoreOptions {
-                counter,
-                files: (&config.files).into(),
-            })?;
+            let store = Store::open_in_memory(StoreOptions::from_config(config))?;
             let index = SearchIndex::open_in_ram(&store, &config.search)?;
             Ok((Arc::new(store), Arc::new(index)))
         }

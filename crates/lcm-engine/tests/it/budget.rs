@@ -37,6 +37,7 @@ fn store() -> Store {
             large_file_tokens: LARGE_FILE_TOKENS,
             exploration_max_tokens: 400,
         },
+        cache_bytes: StoreOptions::DEFAULT_CACHE_BYTES,
     })
     .unwrap()
 }

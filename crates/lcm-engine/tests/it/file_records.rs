@@ -19,6 +19,7 @@ fn store() -> Store {
             large_file_tokens: 2_000,
             exploration_max_tokens: 300,
         },
+        cache_bytes: StoreOptions::DEFAULT_CACHE_BYTES,
     })
     .unwrap()
 }

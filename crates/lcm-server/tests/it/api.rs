@@ -586,7 +586,6 @@ async fn large_messages_and_the_system_prompt_stay_within_the_budget() {
 /// daemon (no restart) acknowledges the same requests and its store passes the integrity check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_is_507_a_failing_disk_503_and_both_recover_without_a_restart() {
-    use lcm_core::tokens::TokenCounter;
     use lcm_engine::runtime::{Runtime, RuntimeOptions};
     use lcm_store::disk_faults::DiskSwitch;
     use lcm_store::{Store, StoreOptions};
@@ -608,10 +607,7 @@ async fn a_full_disk_is_507_a_failing_disk_503_and_both_recover_without_a_restar
         let (setup, tmp, root) = Setup::new();
         let store_dir = tempfile::tempdir().unwrap();
         let path = store_dir.path().join("lcm.redb");
-        let options = || StoreOptions {
-            counter: TokenCounter::new(setup.config.tokenizer.encoding()),
-            files: (&setup.config.files).into(),
-        };
+        let options = || StoreOptions::from_config(&setup.config);
         let disk = DiskSwitch::default();
         let store = Store::open_on_faulty_disk(&path, options(), disk.clone()).unwrap();
         let runtime =

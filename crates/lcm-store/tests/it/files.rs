@@ -26,6 +26,7 @@ fn options() -> StoreOptions {
             large_file_tokens: LARGE,
             exploration_max_tokens: 300,
         },
+        cache_bytes: StoreOptions::DEFAULT_CACHE_BYTES,
     }
 }
 

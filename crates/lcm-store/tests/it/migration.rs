@@ -44,10 +44,7 @@ fn written_today(config: &Config) -> (tempfile::TempDir, DataDir) {
 
 /// The options the data directory opens the store with.
 fn options(config: &Config) -> lcm_store::StoreOptions {
-    lcm_store::StoreOptions {
-        counter: lcm_core::tokens::TokenCounter::new(config.tokenizer.encoding()),
-        files: (&config.files).into(),
-    }
+    lcm_store::StoreOptions::from_config(config)
 }
 
 fn part_kind(part: &lcm_core::message::Part) -> &'static str {
