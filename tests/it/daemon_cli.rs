@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::common;
-use crate::serve::{KillOnDrop, spawn, stop_cleanly, wait_listening};
+use crate::common::daemon::{KillOnDrop, spawn, stop_cleanly, wait_listening};
 
 /// `lcm ARGS` in `cwd` on the data directory `data` (named relative to `cwd`).
 fn lcm_in(cwd: &Path, data: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::common::daemon::KillOnDrop;
 use crate::common::lcm;
-use crate::serve::KillOnDrop;
 
 /// One lcm-format line with its own key.
 fn line(session: &str, key: &str, text: &str) -> String {
@@ -181,16 +181,16 @@ fn a_daemon_watching_a_folder_imports_live() {
         format!("[watch]\npaths = [{:?}]\n", watched.display().to_string()),
     )
     .unwrap();
-    let mut daemon = KillOnDrop(crate::serve::spawn(&data, "127.0.0.1:0"));
+    let mut daemon = KillOnDrop(crate::common::daemon::spawn(&data, "127.0.0.1:0"));
     let mut stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    crate::serve::wait_listening(&mut stderr);
+    crate::common::daemon::wait_listening(&mut stderr);
     let session = watched.join("-home-me-app/s1.jsonl");
     std::fs::create_dir_all(session.parent().unwrap()).unwrap();
     append(&session, &line("s1", "k1", "gamma-one"));
     found_once(&data, "gamma-one");
     append(&session, &line("s1", "k2", "gamma-two"));
     found_once(&data, "gamma-two");
-    crate::serve::stop_cleanly(&mut daemon.0, stderr);
+    crate::common::daemon::stop_cleanly(&mut daemon.0, stderr);
     assert_eq!(hits(&data, "gamma-"), 2);
 }
 
@@ -202,9 +202,9 @@ fn ctrl_c_stops_a_follow_the_daemon_runs_for_the_cli() {
     let watched = tmp.path().join("watched");
     std::fs::create_dir_all(&watched).unwrap();
     let data = tmp.path().join("data");
-    let mut daemon = KillOnDrop(crate::serve::spawn(&data, "127.0.0.1:0"));
+    let mut daemon = KillOnDrop(crate::common::daemon::spawn(&data, "127.0.0.1:0"));
     let mut daemon_stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    crate::serve::wait_listening(&mut daemon_stderr);
+    crate::common::daemon::wait_listening(&mut daemon_stderr);
 
     let (mut cli, _stderr) = follower(&data, &watched);
     append(&watched.join("t.jsonl"), &line("t", "k1", "delta-one"));
@@ -223,5 +223,5 @@ fn ctrl_c_stops_a_follow_the_daemon_runs_for_the_cli() {
     append(&watched.join("t.jsonl"), &line("t", "k2", "delta-two"));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(hits(&data, "delta-"), 1);
-    crate::serve::stop_cleanly(&mut daemon.0, daemon_stderr);
+    crate::common::daemon::stop_cleanly(&mut daemon.0, daemon_stderr);
 }

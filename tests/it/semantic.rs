@@ -490,7 +490,7 @@ fn first_hit(found: &serde_json::Value) -> Option<(serde_json::Value, String)> {
 /// found them and their score), and its summaries are ranked by meaning too, page by page.
 #[test]
 fn over_http_a_compacted_session_is_found_by_meaning_and_so_are_its_summaries() {
-    use crate::serve::{KillOnDrop, http, spawn, stop_cleanly, wait_listening};
+    use crate::common::daemon::{KillOnDrop, http, spawn, stop_cleanly, wait_listening};
     use serde_json::{Value, json};
     use std::io::BufReader;
     use std::time::{Duration, Instant};

@@ -1,4 +1,7 @@
-//! Shared helpers of the integration tests.
+//! Shared helpers of the integration tests (also of tests/page_load, which includes this file).
+
+pub mod browser;
+pub mod daemon;
 
 use std::path::PathBuf;
 
