@@ -1018,7 +1018,7 @@ fn eval_run_writes_the_three_reports_and_report_merges_them() {
     assert_eq!(generate(), generate());
 
     // Bad input: a length that is not one, an arm that cannot answer a family, a missing set,
-    // a result file that is not one (and nothing is written over the merged reports).
+    // a model arm without a model, a window too small, a result file that is not one (and nothing is written over the merged reports).
     let not_results = tmp.path().join("not-results.json");
     std::fs::write(&not_results, r#"{"score": 1}"#).unwrap();
     let merged_before = std::fs::read(merged.join("results.json")).unwrap();
@@ -1041,6 +1041,24 @@ fn eval_run_writes_the_three_reports_and_report_merges_them() {
         (
             vec!["eval", "run", "--trec", "/nonexistent/TREC"],
             "cannot read /nonexistent/TREC",
+        ),
+        // A model arm without a model configured ([llm] is the offline default here).
+        (
+            vec![
+                "eval",
+                "run",
+                "--trec",
+                trec.to_str().unwrap(),
+                "--arm",
+                "baseline",
+            ],
+            "the baseline arm needs a model, and none is configured: set [llm]",
+        ),
+        (
+            vec![
+                "eval", "run", "--trec", "x", "--arm", "lcm", "--window", "900",
+            ],
+            "a window needs at least 1,024 tokens",
         ),
         (
             vec![

@@ -2,11 +2,16 @@
 
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use lcm_eval::model::ModelSettings;
 use lcm_eval::report::{self, RunResult};
-use lcm_eval::tasks::{Family, Task, aggregation, needles};
-use lcm_eval::{locomo, recall, scripted, trec};
+use lcm_eval::runner::{self, Arm, Plan, SummarizerChoice};
+use lcm_eval::tasks::{self, Family, Task};
+use lcm_eval::{locomo, recall, trec};
+use lcm_llm::from_config::clients_from_config;
 use lcm_search::{DataDir, GrepMode};
 
 use crate::output::{count_bar, print_json, spinner};
@@ -56,6 +61,30 @@ impl FamilyArg {
 pub enum ArmArg {
     /// No model: lcm's tools and a fixed policy (needle tasks), which must score 100%.
     Scripted,
+    /// The configured model alone, the task's input truncated to --window (newest part kept).
+    Baseline,
+    /// The configured model as an lcm agent: the context lcm assembles for --window, lcm's
+    /// tools and llm_map offered.
+    Lcm,
+}
+
+impl ArmArg {
+    fn arm(self) -> Arm {
+        match self {
+            ArmArg::Scripted => Arm::Scripted,
+            ArmArg::Baseline => Arm::Baseline,
+            ArmArg::Lcm => Arm::Lcm,
+        }
+    }
+}
+
+/// What compacts the lcm arm's sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SummarizerArg {
+    /// The offline structured summariser: no model calls.
+    Offline,
+    /// The configured model.
+    Model,
 }
 
 /// What a task is generated from.
@@ -81,15 +110,35 @@ pub struct RunArgs {
     /// and 32k.
     #[arg(long = "length", value_parser = parse_length)]
     pub lengths: Vec<u64>,
-    /// An arm (repeatable). Default: scripted.
+    /// An arm (repeatable). Default: scripted. The model arms (baseline, lcm) use the model of
+    /// the configuration's [llm] section.
     #[arg(long = "arm", value_enum)]
     pub arms: Vec<ArmArg>,
     /// Tasks per family and length (seeds `--seed`, `--seed` + 1, ...).
     #[arg(long, default_value_t = 1)]
     pub tasks: u64,
-    /// The budget sessions are compacted to before the scripted arm answers, in tokens.
+    /// The budget sessions are compacted to before the scripted and lcm arms answer, in tokens.
     #[arg(long, default_value_t = 4_000)]
     pub budget: u64,
+    /// The model's context window for the model arms, in tokens as lcm counts them (8k, 32k,
+    /// or a number): one request, the answer's room included.
+    #[arg(long, value_parser = parse_window, default_value = "32k")]
+    pub window: u64,
+    /// Most tokens the model may generate per call.
+    #[arg(long, default_value_t = 256)]
+    pub max_output: u32,
+    /// Questions asked per task by the model arms (the first N). Default: all.
+    #[arg(long)]
+    pub questions: Option<usize>,
+    /// Most model turns per question in the lcm arm.
+    #[arg(long, default_value_t = 8)]
+    pub turns: u32,
+    /// What compacts the lcm arm's sessions.
+    #[arg(long, value_enum, default_value = "offline")]
+    pub summarizer: SummarizerArg,
+    /// Seconds allowed per question of a model arm.
+    #[arg(long, default_value_t = 600)]
+    pub question_timeout: u64,
     /// Where the reports go.
     #[arg(long, default_value = "lcm-eval-results")]
     pub out: PathBuf,
@@ -118,6 +167,20 @@ pub struct GenerateArgs {
 
 /// `8k` = 8,192, `1m` = 1,048,576, or a plain number of tokens (at least 1,024).
 fn parse_length(text: &str) -> std::result::Result<u64, String> {
+    parse_tokens(text, "a task needs at least 1,024 tokens")
+}
+
+/// A model's window: as [`parse_length`].
+fn parse_window(text: &str) -> std::result::Result<u64, String> {
+    parse_tokens(
+        text,
+        "a window needs at least 1,024 tokens for the context, the question and the answer",
+    )
+}
+
+/// `8k` = 8,192, `1m` = 1,048,576, or a plain number of tokens; under 1,024 is refused with
+/// `too_short`.
+fn parse_tokens(text: &str, too_short: &str) -> std::result::Result<u64, String> {
     let lower = text.trim().to_ascii_lowercase();
     let (digits, unit) = match lower.strip_suffix('k') {
         Some(d) => (d, 1u64 << 10),
@@ -131,9 +194,7 @@ fn parse_length(text: &str) -> std::result::Result<u64, String> {
         .map_err(|_| format!("`{text}` is not a length (examples: 8k, 32k, 1m, 20000)"))?;
     let tokens = n.saturating_mul(unit);
     if tokens < 1_024 {
-        return Err(format!(
-            "`{text}` is too short: a task needs at least 1,024 tokens"
-        ));
+        return Err(format!("`{text}` is too short: {too_short}"));
     }
     Ok(tokens)
 }
@@ -164,10 +225,7 @@ pub fn eval_cmd(app: &App, args: &EvalArgs) -> Result<()> {
 
 fn generate(items: &[trec::Item], family: Family, seed: u64, length: u64, app: &App) -> Task {
     let counter = lcm_core::tokens::TokenCounter::new(app.config.tokenizer.encoding());
-    match family {
-        Family::Aggregation => aggregation::generate(items, seed, length, counter),
-        Family::Needles => needles::generate(items, seed, length, counter),
-    }
+    tasks::generate(family, items, seed, length, counter)
 }
 
 fn generate_cmd(app: &App, args: &GenerateArgs) -> Result<()> {
@@ -183,27 +241,44 @@ fn generate_cmd(app: &App, args: &GenerateArgs) -> Result<()> {
 }
 
 fn run_cmd(app: &App, args: &RunArgs) -> Result<()> {
-    let families: Vec<Family> = if args.families.is_empty() {
-        vec![Family::Needles]
-    } else {
-        args.families.iter().map(|f| f.family()).collect()
+    let plan = Plan {
+        families: if args.families.is_empty() {
+            vec![Family::Needles]
+        } else {
+            args.families.iter().map(|f| f.family()).collect()
+        },
+        lengths: if args.lengths.is_empty() {
+            vec![8 << 10, 32 << 10]
+        } else {
+            args.lengths.clone()
+        },
+        arms: if args.arms.is_empty() {
+            vec![Arm::Scripted]
+        } else {
+            args.arms.iter().map(|a| a.arm()).collect()
+        },
+        seed: args.task.seed,
+        tasks: args.tasks,
+        budget: args.budget,
+        model: ModelSettings {
+            window: args.window,
+            max_output_tokens: args.max_output,
+            questions: args.questions,
+            max_turns: args.turns,
+            question_timeout: Duration::from_secs(args.question_timeout.max(1)),
+        },
+        summarizer: match args.summarizer {
+            SummarizerArg::Offline => SummarizerChoice::Offline,
+            SummarizerArg::Model => SummarizerChoice::Model,
+        },
     };
-    let lengths = if args.lengths.is_empty() {
-        vec![8 << 10, 32 << 10]
+    let llm = if plan.arms.iter().any(|a| a.needs_model()) {
+        clients_from_config(&app.config.llm)
+            .context("cannot build the configured model's client")?
     } else {
-        args.lengths.clone()
+        None
     };
-    let arms = if args.arms.is_empty() {
-        vec![ArmArg::Scripted]
-    } else {
-        args.arms.clone()
-    };
-    if arms.contains(&ArmArg::Scripted) && families.contains(&Family::Aggregation) {
-        bail!(
-            "the scripted arm answers needle tasks only: aggregation questions need a model to \
-             judge each record (run --family needles)"
-        );
-    }
+    plan.check(llm.as_ref())?;
     let items = trec::load(&args.task.trec)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -214,45 +289,21 @@ fn run_cmd(app: &App, args: &RunArgs) -> Result<()> {
         .prefix("lcm-eval-")
         .tempdir()
         .context("cannot create a temporary data directory")?;
-    let data = DataDir::open(dir.path().join("lcm"), &app.config)
-        .context("cannot open a data directory for the tasks")?;
-    let total = families.len() as u64 * lengths.len() as u64 * args.tasks * arms.len() as u64;
+    let total = plan.families.len() as u64
+        * plan.lengths.len() as u64
+        * plan.tasks
+        * plan.arms.len() as u64;
     let bar = count_bar(app, "tasks", total);
-    let mut results = Vec::new();
-    for family in &families {
-        for length in &lengths {
-            for k in 0..args.tasks {
-                let seed = args.task.seed + k;
-                let task = generate(&items, *family, seed, *length, app);
-                for _arm in &arms {
-                    let run = runtime.block_on(scripted::run(&task, &data, args.budget))?;
-                    if run.facts_compacted < run.facts {
-                        bail!(
-                            "{} of {} planted facts are still raw after compaction to {} tokens: \
-                             use a smaller --budget",
-                            run.facts - run.facts_compacted,
-                            run.facts,
-                            args.budget
-                        );
-                    }
-                    results.push(RunResult {
-                        seed,
-                        family: *family,
-                        length: *length,
-                        arm: "scripted".into(),
-                        score: run.score,
-                        questions: run.answers.len(),
-                        tokens_spent: run.tokens_read,
-                        calls: u64::from(run.calls),
-                        wall_ms: run.wall_ms,
-                    });
-                    bar.inc(1);
-                }
-            }
-        }
-    }
+    let results = runtime.block_on(runner::run(
+        &plan,
+        &items,
+        &app.config,
+        llm.as_ref(),
+        dir.path(),
+        |_| bar.inc(1),
+    ));
     bar.finish_and_clear();
-    write_reports(app, &args.out, &results)
+    write_reports(app, &args.out, &results?)
 }
 
 fn report_cmd(app: &App, args: &ReportArgs) -> Result<()> {

@@ -79,12 +79,13 @@ pub fn length_label(tokens: u64) -> String {
     }
 }
 
-/// The runs of one family, arm and length: their mean score, calls and tokens.
+/// The runs of one family, arm and length: their mean score, calls, tokens and wall time.
 #[derive(Debug, Clone, Copy, Default)]
 struct Group {
     score: f64,
     calls: f64,
     tokens: f64,
+    wall_ms: f64,
     runs: usize,
 }
 
@@ -98,6 +99,7 @@ fn grouped(results: &[RunResult]) -> BTreeMap<(Family, String, u64), Group> {
         g.score += r.score;
         g.calls += r.calls as f64;
         g.tokens += r.tokens_spent as f64;
+        g.wall_ms += r.wall_ms as f64;
         g.runs += 1;
     }
     for g in groups.values_mut() {
@@ -105,6 +107,7 @@ fn grouped(results: &[RunResult]) -> BTreeMap<(Family, String, u64), Group> {
         g.score /= n;
         g.calls /= n;
         g.tokens /= n;
+        g.wall_ms /= n;
     }
     groups
 }
@@ -112,19 +115,21 @@ fn grouped(results: &[RunResult]) -> BTreeMap<(Family, String, u64), Group> {
 /// The Markdown table: one row per family, arm and length.
 pub fn markdown(results: &[RunResult]) -> String {
     let mut out = String::from(
-        "| family | arm | length | tasks | mean score | calls per task | tokens per task |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+        "| family | arm | length | tasks | mean score | calls per task | tokens per task | \
+         seconds per task |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for ((family, arm, length), g) in grouped(results) {
         let _ = writeln!(
             out,
-            "| {} | {arm} | {} | {} | {:.3} | {:.1} | {:.0} |",
+            "| {} | {arm} | {} | {} | {:.3} | {:.1} | {:.0} | {:.1} |",
             family.as_str(),
             length_label(length),
             g.runs,
             g.score,
             g.calls,
-            g.tokens
+            g.tokens,
+            g.wall_ms / 1000.0
         );
     }
     out

@@ -8,19 +8,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use lcm_core::config::{CompactionConfig, Config};
-use lcm_core::ids::{MessageId, SessionId};
-use lcm_core::message::{NewMessage, Role};
-use lcm_core::summary::NodeRef;
-use lcm_core::time::Timestamp;
-use lcm_engine::{Caller, ToolContext, ToolRegistry, compact};
+use lcm_core::config::Config;
+use lcm_core::ids::SessionId;
+use lcm_engine::{Caller, ToolContext, ToolRegistry};
 use lcm_llm::StructuredSummarizer;
 use lcm_search::DataDir;
 use regex::Regex;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::tasks::{Speaker, Task};
+use crate::stored::store_and_compact;
+use crate::tasks::Task;
 use crate::{EvalError, Result};
 
 /// What the policy did for one question.
@@ -57,49 +55,9 @@ pub struct ScriptedRun {
 /// with the offline structured summariser, and answers its questions with the policy.
 pub async fn run(task: &Task, data: &DataDir, budget: u64) -> Result<ScriptedRun> {
     let started = Instant::now();
-    let store = Arc::clone(&data.store);
-    let session = store.create_session(
-        &format!("eval/needles/{}/{}", task.seed, task.target_tokens),
-        None,
-    )?;
-    let messages: Vec<NewMessage> = task
-        .turns
-        .iter()
-        .enumerate()
-        .map(|(i, turn)| {
-            let role = match turn.speaker {
-                Speaker::User => Role::User,
-                Speaker::Assistant => Role::Assistant,
-            };
-            let mut m = NewMessage::text(role, turn.text.clone());
-            m.created_at = Timestamp(1_767_225_600_000 + i as i64 * 1_000);
-            m
-        })
-        .collect();
-    let appended = store.append_batch(session, messages)?;
-    let ids: Vec<MessageId> = appended.iter().map(|a| a.id).collect();
-    data.index.catch_up(&store, |_, _| {})?;
-
-    let config = CompactionConfig::default();
-    let summarizer = StructuredSummarizer::new(store.counter());
-    let mut tokens_before = None;
-    let tokens_after = loop {
-        let report = compact(&store, session, budget, &config, &summarizer, |_| {})
-            .await
-            .map_err(|e| EvalError::Compaction(e.to_string()))?;
-        tokens_before.get_or_insert(report.tokens_before);
-        if report.reached_goal || report.passes.is_empty() {
-            break report.tokens_after;
-        }
-    };
-    data.index.catch_up(&store, |_, _| {})?;
-    let mut facts_compacted = 0;
-    for turn in &task.planted {
-        if store.covering(NodeRef::Message(ids[*turn]))?.is_some() {
-            facts_compacted += 1;
-        }
-    }
-
+    let summarizer = StructuredSummarizer::new(data.store.counter());
+    let stored = store_and_compact(task, data, budget, &summarizer).await?;
+    let session = stored.session;
     let tools = Tools::new(data, session);
     let mut answers = Vec::with_capacity(task.questions.len());
     for question in &task.questions {
@@ -117,10 +75,10 @@ pub async fn run(task: &Task, data: &DataDir, budget: u64) -> Result<ScriptedRun
     let score = answers.iter().map(|a| a.score).sum::<f64>() / answers.len().max(1) as f64;
     Ok(ScriptedRun {
         score,
-        tokens_before: tokens_before.unwrap_or(0),
-        tokens_after,
-        facts_compacted,
-        facts: task.planted.len(),
+        tokens_before: stored.tokens_before,
+        tokens_after: stored.tokens_after,
+        facts_compacted: stored.facts_compacted,
+        facts: stored.facts,
         calls: answers.iter().map(|a| a.calls).sum(),
         tokens_read: answers.iter().map(|a| a.tokens_read).sum(),
         answers,

@@ -90,6 +90,21 @@ pub enum AgentStop {
     ContextFailed(String),
 }
 
+impl AgentStop {
+    /// How the run stopped, as a caller reads it: `final_answer`, `step_limit`, `token_limit`,
+    /// `deadline`, `provider_failed: <reason>`, ...
+    pub fn name(&self) -> String {
+        match self {
+            AgentStop::FinalAnswer => "final_answer".into(),
+            AgentStop::StepLimit => "step_limit".into(),
+            AgentStop::TokenLimit => "token_limit".into(),
+            AgentStop::Deadline => "deadline".into(),
+            AgentStop::ProviderFailed(reason) => format!("provider_failed: {reason}"),
+            other => format!("{other:?}").to_lowercase(),
+        }
+    }
+}
+
 /// How a run went.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentOutcome {

@@ -42,7 +42,7 @@ use super::shared::{SharedRef, join_blocking};
 use super::subagent_window::{SessionWindow, StoredTurns};
 use super::supervision::{ActorKind, Heartbeat};
 use super::worker::{OneShotTask, WorkerExit, spawn_worker};
-use crate::agent::{AgentLimits, AgentStop, AgentTools, run_agent, turn_to_message};
+use crate::agent::{AgentLimits, AgentTools, run_agent, turn_to_message};
 use crate::guard::{DelegationCaller, DelegationRequest, check_delegation};
 use crate::tools::{
     Caller, DelegateKind, DelegateOutcome, DelegateRequest, Delegator, ToolContext, ToolError,
@@ -588,8 +588,7 @@ async fn run_sub_agent(state: &SubAgentRun) -> Result<DelegateOutcome, ToolError
         read_only,
         map_input_limit: state.request.map_input_limit,
     };
-    let ctx = tool_context(shared, caller);
-    let tools = RegistryTools { ctx };
+    let tools = RegistryTools::new(shared, caller);
     let chat = FaultyChat {
         inner: Arc::clone(&state.chat),
         faults: Arc::clone(&shared.faults),
@@ -669,23 +668,11 @@ async fn run_sub_agent(state: &SubAgentRun) -> Result<DelegateOutcome, ToolError
     Ok(DelegateOutcome {
         session: state.session,
         answer: outcome.answer,
-        stop: stop_name(&outcome.stop),
+        stop: outcome.stop.name(),
         steps: outcome.steps,
         tokens: outcome.usage.total(),
         depth,
     })
-}
-
-/// How a sub-agent stopped, as the caller reads it.
-fn stop_name(stop: &AgentStop) -> String {
-    match stop {
-        AgentStop::FinalAnswer => "final_answer".into(),
-        AgentStop::StepLimit => "step_limit".into(),
-        AgentStop::TokenLimit => "token_limit".into(),
-        AgentStop::Deadline => "deadline".into(),
-        AgentStop::ProviderFailed(reason) => format!("provider_failed: {reason}"),
-        other => format!("{other:?}").to_lowercase(),
-    }
 }
 
 /// The tool context for `caller`: the runtime's store, index, configuration and delegator.
@@ -701,9 +688,20 @@ pub(crate) fn tool_context(shared: &SharedRef, caller: Caller) -> ToolContext {
     }))
 }
 
-/// The runtime's tools as the agent loop sees them.
-struct RegistryTools {
+/// The runtime's tools as the agent loop ([`run_agent`]) sees them: the registry (built-ins,
+/// `llm_map`, the host's tools) offered to and called with one caller's context. Sub-agents run
+/// on it; [`super::SessionHandle::agent_tools`] gives a session's main agent the same.
+pub struct RegistryTools {
     ctx: ToolContext,
+}
+
+impl RegistryTools {
+    /// The tools as `caller` is offered and calls them in the runtime `shared`.
+    pub(crate) fn new(shared: &SharedRef, caller: Caller) -> RegistryTools {
+        RegistryTools {
+            ctx: tool_context(shared, caller),
+        }
+    }
 }
 
 #[async_trait]

@@ -75,13 +75,14 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::broadcast;
 
 pub use compactor::CompactorStats;
-pub use delegation::{DelegationStats, SUB_AGENT_END_MARKER};
+pub use delegation::{DelegationStats, RegistryTools, SUB_AGENT_END_MARKER};
 pub use error::RuntimeError;
 pub use events::RuntimeEvent;
 pub use faults::{Fault, FaultPoint, Faults};
 pub use integrity::IntegrityOutcome;
 pub use root::SupervisorStats;
 pub use session::SessionStats;
+pub use subagent_window::context_turns;
 pub use supervision::ActorKind;
 
 /// `context` (from [`SessionHandle::context`], already within `window` less the safety margin)
@@ -699,6 +700,17 @@ impl SessionHandle {
         let shared = &self.runtime.inner.shared;
         let ctx = delegation::tool_context(&shared.lease(), Caller::main_agent(Some(self.id)));
         shared.tools.call(&ctx, name, args).await
+    }
+
+    /// The tools this session's main agent is offered (the built-ins, `llm_map`, the host's
+    /// tools), as the agent loop ([`crate::agent::run_agent`]) takes them: the adapter the
+    /// runtime's sub-agents run on, called as this session's main agent. It holds the runtime
+    /// open: drop it before [`Runtime::shutdown`], which waits for it.
+    pub fn agent_tools(&self) -> RegistryTools {
+        RegistryTools::new(
+            &self.runtime.inner.shared.lease(),
+            Caller::main_agent(Some(self.id)),
+        )
     }
 
     /// Has this session's compactions summarised by `summarizer` instead of the runtime's,

@@ -126,7 +126,7 @@ impl SessionWindow {
 /// A context as the turns of a chat request: summaries and markers as user turns, messages as
 /// their turns (the stored system prompt is left out: the run sends its own first). A result
 /// whose call is not in the context becomes user text, so a provider never sees an orphan.
-pub(crate) fn context_turns(context: &AssembledContext) -> Vec<ChatTurn> {
+pub fn context_turns(context: &AssembledContext) -> Vec<ChatTurn> {
     let calls: HashSet<&str> = context
         .items
         .iter()

@@ -132,6 +132,21 @@ pub struct Task {
     pub planted: Vec<usize>,
 }
 
+/// Generates the task of `family` over `items` (the TREC set) from `seed`, of at most
+/// `target_tokens` as `counter` counts them.
+pub fn generate(
+    family: Family,
+    items: &[crate::trec::Item],
+    seed: u64,
+    target_tokens: u64,
+    counter: lcm_core::tokens::TokenCounter,
+) -> Task {
+    match family {
+        Family::Aggregation => aggregation::generate(items, seed, target_tokens, counter),
+        Family::Needles => needles::generate(items, seed, target_tokens, counter),
+    }
+}
+
 /// Tokens of one turn as lcm counts a message (its text and the per-message overhead).
 pub(crate) fn turn_tokens(counter: lcm_core::tokens::TokenCounter, text: &str) -> u64 {
     counter.count_text(text) as u64 + u64::from(lcm_core::tokens::MESSAGE_OVERHEAD_TOKENS)

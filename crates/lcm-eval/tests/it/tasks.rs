@@ -19,7 +19,7 @@ fn counter() -> TokenCounter {
 }
 
 /// The TREC training set from ../shared/data, or `None` (the test says it skips).
-fn trec_items() -> Option<Vec<Item>> {
+pub(crate) fn trec_items() -> Option<Vec<Item>> {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/trec/TREC.train");
     if !path.is_file() {
