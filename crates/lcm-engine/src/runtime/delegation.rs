@@ -764,14 +764,21 @@ impl Delegator for RuntimeDelegator {
         // mailbox of an actor that crashed): nothing of it exists, so it is sent again to the
         // restarted actor, a bounded number of times.
         let mut last_error = String::new();
+        // The actor seen to stop: until its supervisor has handled the stop the slot still
+        // holds it, so the next attempt waits for its successor (not three tries at the dead
+        // one in a row while a busy machine restarts it).
+        let mut stopped: Option<ractor::ActorId> = None;
         for _ in 0..DELEGATE_SEND_ATTEMPTS {
             let deadline = std::time::Instant::now() + shared.call_timeout();
-            let actor = shared
-                .services
-                .delegation
-                .wait(ActorKind::Delegation, shared, deadline)
-                .await
-                .map_err(|e| ToolError::failed(tool, e))?;
+            let slot = &shared.services.delegation;
+            let actor = match stopped {
+                None => slot.wait(ActorKind::Delegation, shared, deadline).await,
+                Some(id) => {
+                    slot.wait_successor(ActorKind::Delegation, shared, deadline, id)
+                        .await
+                }
+            }
+            .map_err(|e| ToolError::failed(tool, e))?;
             let caller = caller.clone();
             let request = request.clone();
             // A sub-agent is bounded by its own deadline, not by the call timeout.
@@ -789,9 +796,13 @@ impl Delegator for RuntimeDelegator {
                 Ok(ractor::rpc::CallResult::Success(result)) => return result,
                 Ok(ractor::rpc::CallResult::SenderError) => {
                     last_error = "it stopped before answering".into();
+                    stopped = Some(actor.get_id());
                 }
                 Ok(ractor::rpc::CallResult::Timeout) => last_error = "no answer in time".into(),
-                Err(_) => last_error = "it was not running".into(),
+                Err(_) => {
+                    last_error = "it was not running".into();
+                    stopped = Some(actor.get_id());
+                }
             }
         }
         Err(ToolError::failed(
