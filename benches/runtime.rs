@@ -6,9 +6,16 @@
 //! - **Turns per second** across 1, 10 and 100 concurrent sessions, and the **p50 / p99 latency**
 //!   of append and of context through the actors (printed as a table, not by criterion).
 //! - **Memory** per idle and per active session, for short and long histories (RSS deltas).
+//! - **A session that compacts all the time**, growing to 30,000 messages (the soak's shape:
+//!   small leaves, a 2,000-token window, a context every 10 appends): context and compaction
+//!   latency per 5,000 messages, which must not grow with the history.
 //!
-//! `LCM_BENCH_QUICK=1` shortens the latency and memory runs. `LCM_BENCH_DIR` chooses where the
-//! temporary stores go.
+//! `LCM_BENCH_QUICK=1` shortens the latency, memory and growth runs; `LCM_BENCH_GROUPS`
+//! (`continuity`, `latency`, `memory`, `growth`, comma-separated) runs some parts only.
+//! `LCM_BENCH_DIR` chooses where the temporary stores go.
+
+#[path = "support/groups.rs"]
+mod groups;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -23,6 +30,8 @@ use lcm::engine::runtime::{Runtime, RuntimeOptions};
 use lcm::llm::ExtractiveSummarizer;
 use lcm::store::{Store, StoreOptions};
 use lcm::{Encoding, TokenCounter};
+
+use groups::wanted;
 
 fn counter() -> TokenCounter {
     TokenCounter::new(Encoding::O200kBase)
@@ -72,6 +81,9 @@ async fn open_runtime(dir: &std::path::Path) -> Runtime {
 const HUGE_BUDGET: u64 = 100_000_000;
 
 fn zero_cost_continuity(c: &mut Criterion) {
+    if !wanted("continuity") {
+        return;
+    }
     let mut group = c.benchmark_group("turn_below_soft_threshold");
     group.sample_size(30);
     group.measurement_time(Duration::from_secs(8));
@@ -134,6 +146,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 /// Turns per second and latency percentiles for `sessions` concurrent sessions.
 fn throughput_and_latency(_c: &mut Criterion) {
+    if !wanted("latency") {
+        return;
+    }
     let tokio = tokio_runtime();
     let turns_per_session: u64 = if quick() { 100 } else { 300 };
     println!(
@@ -223,6 +238,9 @@ fn live_bytes() -> i64 {
 /// Memory of live session actors: heap growth when `n` sessions become active (one context
 /// call each, whose result is dropped), for short and long histories, and after they idle out.
 fn memory_per_session(_c: &mut Criterion) {
+    if !wanted("memory") {
+        return;
+    }
     let tokio = tokio_runtime();
     let n: u64 = if quick() { 200 } else { 1_000 };
     println!("\nmemory per session actor ({n} sessions)");
@@ -291,10 +309,132 @@ fn memory_per_session(_c: &mut Criterion) {
     }
 }
 
+/// The soak's message text (`crates/lcm-server/tests/it/common/load.rs`): about 40 tokens,
+/// no two alike.
+fn load_text(turn: u64) -> String {
+    const WORDS: [&str; 8] = [
+        "deploy",
+        "ticket",
+        "staging",
+        "migration",
+        "rollback",
+        "latency",
+        "cache",
+        "index",
+    ];
+    let mut text = format!("turn {turn}:");
+    for k in 0..24 {
+        text.push(' ');
+        text.push_str(WORDS[((turn * 13 + k * 5) % 8) as usize]);
+    }
+    text.push_str(&format!(" ref LOAD-{turn}."));
+    text
+}
+
+/// One session under the soak's shape, in process: whatever the history, a context request
+/// costs the same (it waits for at most one compaction of a bounded context).
+fn compacting_session_growth(_c: &mut Criterion) {
+    if !wanted("growth") {
+        return;
+    }
+    let total: u64 = if quick() { 10_000 } else { 30_000 };
+    let every = 5_000;
+    let tokio = tokio_runtime();
+    let dir = temp_dir();
+    let mut config = Config::default();
+    config.compaction.fresh_tail = 8;
+    config.compaction.leaf_chunk_tokens = 600;
+    config.compaction.leaf_target_tokens = 120;
+    let summarizer = Arc::new(ExtractiveSummarizer::new(counter()));
+    let rt = tokio
+        .block_on(Runtime::open(
+            RuntimeOptions::dir(dir.path(), config).with_summarizer(summarizer),
+        ))
+        .expect("runtime");
+    let mut events = rt.subscribe();
+    let compactions = Arc::new(std::sync::Mutex::new(Vec::<Duration>::new()));
+    let recorder = {
+        let compactions = compactions.clone();
+        tokio.spawn(async move {
+            use lcm::engine::runtime::RuntimeEvent;
+            let mut started = None;
+            while let Ok(event) = events.recv().await {
+                match event {
+                    RuntimeEvent::CompactionStarted { .. } => started = Some(Instant::now()),
+                    RuntimeEvent::CompactionFinished { .. } => {
+                        if let Some(at) = started.take() {
+                            compactions.lock().expect("lock").push(at.elapsed());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+    println!(
+        "\none session compacting all the time (600-token leaves, 2,000-token window, a context every 10 appends)"
+    );
+    println!(
+        "| messages | summaries | append p50 | context p50 | context p99 | context max | compactions | compaction p50 | compaction max |"
+    );
+    println!("| ---: | ---: | --- | --- | --- | --- | ---: | --- | --- |");
+    let session = tokio.block_on(rt.session("growing")).expect("session");
+    let (mut appends, mut contexts) = (Vec::new(), Vec::new());
+    for turn in 0..total {
+        let role = if turn.is_multiple_of(2) {
+            Role::User
+        } else {
+            Role::Assistant
+        };
+        tokio.block_on(async {
+            let t = Instant::now();
+            session
+                .append(NewMessage::text(role, load_text(turn)))
+                .await
+                .expect("append");
+            appends.push(t.elapsed());
+            if (turn + 1).is_multiple_of(10) {
+                let t = Instant::now();
+                let ctx = session.context(2_000).await.expect("context");
+                contexts.push(t.elapsed());
+                std::hint::black_box(ctx.tokens);
+            }
+        });
+        if (turn + 1).is_multiple_of(every) {
+            let mut done = std::mem::take(&mut *compactions.lock().expect("lock"));
+            appends.sort();
+            contexts.sort();
+            done.sort();
+            let summaries = rt
+                .store()
+                .session_summary_count(session.id())
+                .expect("summaries");
+            println!(
+                "| {} | {summaries} | {:?} | {:?} | {:?} | {:?} | {} | {:?} | {:?} |",
+                turn + 1,
+                percentile(&appends, 0.5),
+                percentile(&contexts, 0.5),
+                percentile(&contexts, 0.99),
+                contexts.last().copied().unwrap_or_default(),
+                done.len(),
+                percentile(&done, 0.5),
+                done.last().copied().unwrap_or_default(),
+            );
+            appends.clear();
+            contexts.clear();
+        }
+    }
+    recorder.abort();
+    tokio
+        .block_on(rt.shutdown(Duration::from_secs(10)))
+        .expect("shutdown");
+}
+
 criterion_group!(
     benches,
     zero_cost_continuity,
     throughput_and_latency,
-    memory_per_session
+    memory_per_session,
+    compacting_session_growth
 );
 criterion_main!(benches);

@@ -21,12 +21,15 @@
 
 #[path = "support/corpus.rs"]
 mod corpus;
+#[path = "support/groups.rs"]
+mod groups;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use groups::wanted;
 use lcm::SessionId;
 use lcm::core::config::Config;
 use lcm::core::message::search_text;
@@ -304,12 +307,6 @@ fn build_index(n: usize) -> IndexFixture {
 fn index_fixtures() -> &'static Vec<(usize, IndexFixture)> {
     static FIXTURES: OnceLock<Vec<(usize, IndexFixture)>> = OnceLock::new();
     FIXTURES.get_or_init(|| sizes().into_iter().map(|n| (n, build_index(n))).collect())
-}
-
-/// Whether the bench's group `name` is to run (`LCM_BENCH_GROUPS`, comma-separated; all when
-/// unset), so one part can be measured without building the other's fixtures.
-fn wanted(name: &str) -> bool {
-    std::env::var("LCM_BENCH_GROUPS").map_or(true, |g| g.split(',').any(|g| g.trim() == name))
 }
 
 fn vector_index(c: &mut Criterion) {

@@ -14,6 +14,8 @@
 //! Commitments and errors are *open items*: carried in every digest that covers them until a
 //! later message resolves them, which the later digest records in [`Digest::resolved`].
 
+use std::collections::{HashMap, HashSet};
+
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{FileId, MessageId};
@@ -93,6 +95,16 @@ pub struct FileTouch {
     pub file: Option<FileId>,
     /// The last message that touched it.
     pub message: MessageId,
+}
+
+impl FileTouch {
+    /// Takes in a later touch of the same path: the strongest action, the latest known record,
+    /// the latest message.
+    fn absorb(&mut self, later: &FileTouch) {
+        self.action = self.action.max(later.action);
+        self.file = later.file.or(self.file);
+        self.message = self.message.max(later.message);
+    }
 }
 
 /// A command and its outcome.
@@ -309,6 +321,11 @@ impl Digest {
         let mut merged = Digest::default();
         let mut open = OpenItems::default();
         let mut resolved: Vec<Resolution> = Vec::new();
+        // Texts already kept, and where each path is in `merged.files`: merging stays linear in
+        // the children's sizes (a deep summary merges children that are themselves full).
+        let mut requests_seen: HashSet<&'a str> = HashSet::new();
+        let mut decisions_seen: HashSet<&'a str> = HashSet::new();
+        let mut file_at: HashMap<&'a str, usize> = HashMap::new();
         for child in children {
             for r in &child.resolved {
                 let inside = open.commitments.iter().any(|c| c.item() == r.item)
@@ -319,10 +336,16 @@ impl Digest {
             }
             open.resolve(&child.resolved);
             open.extend_from(child);
-            push_unique(&mut merged.requests, &child.requests);
-            push_unique(&mut merged.decisions, &child.decisions);
+            push_unique(&mut merged.requests, &mut requests_seen, &child.requests);
+            push_unique(&mut merged.decisions, &mut decisions_seen, &child.decisions);
             for touch in &child.files {
-                merged.touch(touch.clone());
+                match file_at.get(touch.path.as_str()) {
+                    Some(&at) => merged.files[at].absorb(touch),
+                    None => {
+                        file_at.insert(touch.path.as_str(), merged.files.len());
+                        merged.files.push(touch.clone());
+                    }
+                }
             }
             merged.commands.extend(child.commands.iter().cloned());
             for tally in &child.tools {
@@ -332,10 +355,16 @@ impl Digest {
         merged.errors = open.errors;
         merged.commitments = open.commitments;
         merged.resolved = resolved;
-        // Deep summaries cover whole sessions: their digests keep the newest commands and
-        // decisions (rendering groups and cuts them anyway), so a digest stays small to read.
-        keep_newest(&mut merged.commands, MERGED_COMMANDS);
+        // Deep summaries cover whole sessions, which grow without end: every list of their
+        // digests is bounded, or each compaction would read, merge and write a digest as long
+        // as the history (rendering keeps a few lines of each section anyway). Requests keep
+        // the session's first ones (they usually state the task) and the newest.
+        keep_first_and_newest(&mut merged.requests, MERGED_FIRST_REQUESTS, MERGED_REQUESTS);
         keep_newest(&mut merged.decisions, MERGED_DECISIONS);
+        keep_latest_files(&mut merged.files, MERGED_FILES);
+        keep_newest(&mut merged.commands, MERGED_COMMANDS);
+        keep_newest(&mut merged.errors, MERGED_OPEN_ITEMS);
+        keep_newest(&mut merged.commitments, MERGED_OPEN_ITEMS);
         merged
     }
 
@@ -343,11 +372,7 @@ impl Digest {
     /// latest known record and the latest message.
     pub fn touch(&mut self, touch: FileTouch) {
         match self.files.iter_mut().find(|f| f.path == touch.path) {
-            Some(known) => {
-                known.action = known.action.max(touch.action);
-                known.file = touch.file.or(known.file);
-                known.message = known.message.max(touch.message);
-            }
+            Some(known) => known.absorb(&touch),
             None => self.files.push(touch),
         }
     }
@@ -373,6 +398,16 @@ impl Digest {
 pub const MERGED_COMMANDS: usize = 200;
 /// Most decisions a merged digest keeps (the newest).
 pub const MERGED_DECISIONS: usize = 100;
+/// Most requests a merged digest keeps: the first [`MERGED_FIRST_REQUESTS`] and the newest.
+pub const MERGED_REQUESTS: usize = 100;
+/// The oldest requests a merged digest always keeps (a session's first requests usually state
+/// its task).
+pub const MERGED_FIRST_REQUESTS: usize = 10;
+/// Most files a merged digest keeps (those touched last).
+pub const MERGED_FILES: usize = 500;
+/// Most open commitments, and most unresolved errors, a merged digest keeps (the newest; the
+/// assembled context's block shows far fewer).
+pub const MERGED_OPEN_ITEMS: usize = 200;
 
 fn keep_newest<T>(items: &mut Vec<T>, most: usize) {
     if items.len() > most {
@@ -380,10 +415,37 @@ fn keep_newest<T>(items: &mut Vec<T>, most: usize) {
     }
 }
 
-/// Appends the items of `more` whose text is not already in `into`.
-fn push_unique(into: &mut Vec<Noted>, more: &[Noted]) {
+/// Keeps the first `first` and the newest `most - first` of `items`.
+fn keep_first_and_newest<T>(items: &mut Vec<T>, first: usize, most: usize) {
+    if items.len() > most {
+        let first = first.min(most);
+        items.drain(first..items.len() - (most - first));
+    }
+}
+
+/// Keeps the `most` files touched last, in their order.
+fn keep_latest_files(files: &mut Vec<FileTouch>, most: usize) {
+    if files.len() <= most {
+        return;
+    }
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    // Touched last first; among files of the same message, the later entry first.
+    order.sort_unstable_by_key(|&i| std::cmp::Reverse((files[i].message, i)));
+    let mut keep = vec![false; files.len()];
+    for &i in &order[..most] {
+        keep[i] = true;
+    }
+    let mut at = 0;
+    files.retain(|_| {
+        at += 1;
+        keep[at - 1]
+    });
+}
+
+/// Appends the items of `more` whose text is not in `seen`, which it records.
+fn push_unique<'a>(into: &mut Vec<Noted>, seen: &mut HashSet<&'a str>, more: &'a [Noted]) {
     for item in more {
-        if !into.iter().any(|known| known.text == item.text) {
+        if seen.insert(item.text.as_str()) {
             into.push(item.clone());
         }
     }
@@ -526,6 +588,101 @@ mod tests {
         assert_eq!(merged.commands.len(), MERGED_COMMANDS);
         assert_eq!(merged.commands[0].message, MessageId(100));
         assert_eq!(merged.commands[199].message, MessageId(299));
+    }
+
+    /// A leaf's digest of messages `from..from + 10`: five requests, three open commitments,
+    /// two errors and three files (one of them new).
+    fn leaf(from: u64) -> Digest {
+        Digest {
+            requests: (from..from + 5)
+                .map(|i| Noted {
+                    message: MessageId(i),
+                    text: format!("request {i}"),
+                })
+                .collect(),
+            commitments: (from..from + 3)
+                .map(|i| commitment(i, &format!("promise {i}")))
+                .collect(),
+            errors: (from..from + 2)
+                .map(|i| error(i, &format!("cargo test {i}")))
+                .collect(),
+            files: vec![
+                touch("src/lib.rs", FileAction::Edited, None, from),
+                touch("src/main.rs", FileAction::Read, None, from + 1),
+                touch(
+                    &format!("src/m{from}.rs"),
+                    FileAction::Created,
+                    None,
+                    from + 2,
+                ),
+            ],
+            ..Digest::default()
+        }
+    }
+
+    #[test]
+    fn merged_digests_stay_bounded_however_long_the_history() {
+        // 2,000 leaves (20,000 messages) condensed four at a time, level after level, as
+        // compaction does: the top digest covers the whole history.
+        let mut level: Vec<Digest> = (0..2_000).map(|k| leaf(k * 10)).collect();
+        while level.len() > 1 {
+            level = level.chunks(4).map(|c| Digest::merge(c.iter())).collect();
+        }
+        let top = &level[0];
+        assert_eq!(top.requests.len(), MERGED_REQUESTS);
+        let first: Vec<u64> = top.requests[..MERGED_FIRST_REQUESTS]
+            .iter()
+            .map(|r| r.message.0)
+            .collect();
+        assert_eq!(
+            first,
+            [0, 1, 2, 3, 4, 10, 11, 12, 13, 14],
+            "the session's first"
+        );
+        assert_eq!(top.requests.last().map(|r| r.message.0), Some(19_994));
+        assert_eq!(top.commitments.len(), MERGED_OPEN_ITEMS);
+        assert_eq!(top.commitments.last().map(|c| c.message.0), Some(19_992));
+        assert_eq!(top.errors.len(), MERGED_OPEN_ITEMS);
+        assert_eq!(top.files.len(), MERGED_FILES);
+        // The files touched last, the two touched in every leaf among them, in their order.
+        assert_eq!(top.files[0].path, "src/lib.rs");
+        assert_eq!(top.files[0].message, MessageId(19_990));
+        assert_eq!(top.files[1].path, "src/main.rs");
+        assert_eq!(
+            top.files.last().map(|f| f.path.as_str()),
+            Some("src/m19990.rs")
+        );
+        // Smaller than the history by far: merging it again costs the same as the last time.
+        let again = Digest::merge([top, &leaf(20_000)]);
+        assert_eq!(again.requests.len(), MERGED_REQUESTS);
+        assert_eq!(again.requests[0].message, MessageId(0));
+        assert_eq!(again.requests.last().map(|r| r.message.0), Some(20_004));
+    }
+
+    #[test]
+    fn merged_requests_are_kept_once_by_text() {
+        let noted = |message: u64, text: &str| Noted {
+            message: MessageId(message),
+            text: text.to_owned(),
+        };
+        let a = Digest {
+            requests: vec![noted(1, "fix it"), noted(2, "test it")],
+            decisions: vec![noted(2, "use redb")],
+            ..Digest::default()
+        };
+        let b = Digest {
+            requests: vec![noted(5, "fix it"), noted(6, "ship it")],
+            decisions: vec![noted(7, "use redb"), noted(8, "keep bincode")],
+            ..Digest::default()
+        };
+        let merged = Digest::merge([&a, &b]);
+        let texts: Vec<(u64, &str)> = merged
+            .requests
+            .iter()
+            .map(|r| (r.message.0, r.text.as_str()))
+            .collect();
+        assert_eq!(texts, [(1, "fix it"), (2, "test it"), (6, "ship it")]);
+        assert_eq!(merged.decisions.len(), 2);
     }
 
     #[test]
