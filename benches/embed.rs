@@ -5,7 +5,9 @@
 //! Needs `../shared/tools/embed-model/setup.sh` (the model) and `../shared/data/transcripts`;
 //! without either it says so and measures nothing. Before criterion runs, one timed pass per
 //! thread count prints messages/s, MB/s, the CPU time it took (the thread limit at work) and the
-//! resident memory of the loaded model to stderr. Figures: docs/PERFORMANCE.md.
+//! resident memory of the loaded model to stderr. A second group embeds one short query at a
+//! time (what a semantic or hybrid search does first), with 2 threads and with 1. Figures:
+//! docs/PERFORMANCE.md.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -207,6 +209,21 @@ fn embed(c: &mut Criterion) {
             format!("minilm_l6/{}_messages_batch_{BATCH}/{name}", inputs.len()),
             |b| b.iter(|| model.embed(&inputs).expect("embed")),
         );
+    }
+    group.finish();
+
+    // A search embeds its query alone: a few words, one forward pass of about 10 pieces.
+    let mut group = c.benchmark_group("embed_query");
+    group.sample_size(50);
+    for (name, model) in &models {
+        let mut n = 0u64;
+        group.bench_function(format!("minilm_l6/{name}"), |b| {
+            b.iter(|| {
+                n += 1;
+                let query = format!("flaky migration test of module m{}", n % 97);
+                model.embed(&[&query]).expect("embed")
+            })
+        });
     }
     group.finish();
 }
