@@ -4,7 +4,8 @@
 //! Detection is by the form of a sentence, not by scores: an assistant sentence whose clause
 //! starts with a first-person future ("I'll", "I will", "I'm going to", "let me", "next, I",
 //! "now I need to", "TODO:") states an intent; "first A, then B" is two. Questions, offers to
-//! the user ("let me know") and statements about code are not intents.
+//! the user ("let me know"), states of mind ("let me think", "let me see") and statements about
+//! code are not intents.
 //!
 //! An intent is **fulfilled** by a later tool call that names one of its key terms (a path, an
 //! identifier, a content word; a later statement that something is done counts too), or, if it
@@ -29,7 +30,7 @@ static INTENT: LazyLock<Regex> = LazyLock::new(|| {
 /// Openers that are not commitments: offers, asides, states of mind.
 static NOT_INTENT: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)^(?:(?:first|next|then|now|finally),?\s+)?(?:let me know|let me be |let me explain|let me summari[sz]e|let's see|i'll be |i will be |i need to know|i should (?:note|mention|point out|clarify)|i want to (?:note|mention|make sure you)|i'll note|i'll leave (?:it|that|this)|we'll see)",
+        r"(?i)^(?:(?:first|next|then|now|finally),?\s+)?(?:let me know|let me be |let me explain|let me summari[sz]e|let me (?:think|see|recall|reflect)\b|let's (?:see|think)\b|i'll be |i will be |i need to know|i should (?:note|mention|point out|clarify)|i want to (?:note|mention|make sure you)|i'll note|i'll leave (?:it|that|this)|we'll see)",
     )
 });
 /// A sentence announcing the next step: "Now the token store:", "Commit and close:", "Next,
@@ -476,6 +477,14 @@ mod tests {
         );
         assert_eq!(intents("TODO: wire the proxy"), ["wire the proxy"]);
         assert!(intents("Let me know if you want more.").is_empty());
+        // States of mind promise no work: nothing would ever fulfil them in a conversation.
+        assert!(intents("Let me think about the schema for a moment.").is_empty());
+        assert!(intents("Hmm, let me see.").is_empty());
+        assert!(intents("Let's think this through.").is_empty());
+        assert_eq!(
+            intents("Let me think. Then I'll update the schema."),
+            ["Then I'll update the schema"]
+        );
         assert!(intents("Should I also run the tests?").is_empty());
         assert_eq!(intents("Now the token store:"), ["Now the token store"]);
         assert_eq!(intents("Commit and close:"), ["Commit and close"]);
