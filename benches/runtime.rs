@@ -70,9 +70,9 @@ fn tokio_runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-async fn open_runtime(dir: &std::path::Path) -> Runtime {
+async fn open_runtime(dir: &std::path::Path, config: Config) -> Runtime {
     let summarizer = Arc::new(ExtractiveSummarizer::new(counter()));
-    Runtime::open(RuntimeOptions::dir(dir, Config::default()).with_summarizer(summarizer))
+    Runtime::open(RuntimeOptions::dir(dir, config).with_summarizer(summarizer))
         .await
         .expect("runtime")
 }
@@ -110,7 +110,7 @@ fn zero_cost_continuity(c: &mut Criterion) {
     // Through the runtime: session actor, group writer, assembler actor.
     let rt_dir = temp_dir();
     let tokio = tokio_runtime();
-    let rt = tokio.block_on(open_runtime(rt_dir.path()));
+    let rt = tokio.block_on(open_runtime(rt_dir.path(), Config::default()));
     let handle = tokio.block_on(rt.session("actors")).expect("session");
     tokio.block_on(async {
         for i in 0..50 {
@@ -158,7 +158,7 @@ fn throughput_and_latency(_c: &mut Criterion) {
     println!("| --- | --- | --- | --- | --- | --- |");
     for sessions in [1u64, 10, 100] {
         let dir = temp_dir();
-        let rt = tokio.block_on(open_runtime(dir.path()));
+        let rt = tokio.block_on(open_runtime(dir.path(), Config::default()));
         let started = Instant::now();
         let (mut appends, mut contexts) = tokio.block_on(async {
             let mut tasks = Vec::new();
@@ -252,12 +252,7 @@ fn memory_per_session(_c: &mut Criterion) {
         let dir = temp_dir();
         let mut config = Config::default();
         config.runtime.idle_timeout_s = 1;
-        let summarizer = Arc::new(ExtractiveSummarizer::new(counter()));
-        let rt = tokio
-            .block_on(Runtime::open(
-                RuntimeOptions::dir(dir.path(), config).with_summarizer(summarizer),
-            ))
-            .expect("runtime");
+        let rt = tokio.block_on(open_runtime(dir.path(), config));
         // Fill the store directly (fast), so that only actor memory is measured below.
         let store = Arc::clone(rt.store());
         let sessions: Vec<_> = (0..n)
@@ -345,12 +340,7 @@ fn compacting_session_growth(_c: &mut Criterion) {
     config.compaction.fresh_tail = 8;
     config.compaction.leaf_chunk_tokens = 600;
     config.compaction.leaf_target_tokens = 120;
-    let summarizer = Arc::new(ExtractiveSummarizer::new(counter()));
-    let rt = tokio
-        .block_on(Runtime::open(
-            RuntimeOptions::dir(dir.path(), config).with_summarizer(summarizer),
-        ))
-        .expect("runtime");
+    let rt = tokio.block_on(open_runtime(dir.path(), config));
     let mut events = rt.subscribe();
     let compactions = Arc::new(std::sync::Mutex::new(Vec::<Duration>::new()));
     let recorder = {

@@ -410,9 +410,7 @@ pub const MERGED_FILES: usize = 500;
 pub const MERGED_OPEN_ITEMS: usize = 200;
 
 fn keep_newest<T>(items: &mut Vec<T>, most: usize) {
-    if items.len() > most {
-        items.drain(..items.len() - most);
-    }
+    keep_first_and_newest(items, 0, most);
 }
 
 /// Keeps the first `first` and the newest `most - first` of `items`.
