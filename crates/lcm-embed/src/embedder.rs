@@ -17,11 +17,12 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config as BertConfig};
 use lcm_core::config::EmbeddingsConfig;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
+
+use crate::bert::{Bert, Config as BertConfig};
 
 /// What went wrong loading or running a model.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +95,7 @@ pub const MAX_CHUNKED_BYTES: usize = 256 * 1024;
 
 /// A loaded sentence-embedding model.
 pub struct Embedder {
-    model: BertModel,
+    model: Bert,
     /// Cuts at `max_seq` word pieces, special tokens included; no padding (batches are padded
     /// here).
     tokenizer: Tokenizer,
@@ -158,6 +159,12 @@ impl Embedder {
         let config_path = root.join("config.json");
         let config_bytes = read(&config_path)?;
         let config: BertConfig = parse(&config_path, &config_bytes)?;
+        if let Some(detail) = config.unsupported() {
+            return Err(EmbedError::Invalid {
+                path: config_path,
+                detail,
+            });
+        }
         let pooling_path = pooling_dir.join("config.json");
         let pooling: PoolingConfig = parse(&pooling_path, &read(&pooling_path)?)?;
         if !pooling.pooling_mode_mean_tokens
@@ -183,7 +190,7 @@ impl Embedder {
                 });
             }
         };
-        let max_seq = max_seq.min(config_max_positions(&config_path, &config_bytes)?);
+        let max_seq = max_seq.min(config.max_position_embeddings);
         if max_seq < 8 {
             return Err(EmbedError::Invalid {
                 path: st_path,
@@ -225,7 +232,7 @@ impl Embedder {
             path: weights.clone(),
             detail: e.to_string(),
         })?;
-        let model = BertModel::load(vb, &config).map_err(|e| EmbedError::Invalid {
+        let model = Bert::load(vb, &config).map_err(|e| EmbedError::Invalid {
             path: weights.clone(),
             detail: format!("not the weights of the BERT model config.json describes: {e}"),
         })?;
@@ -321,7 +328,7 @@ impl Embedder {
         let types = ids.zeros_like().map_err(model_error)?;
         let hidden = self
             .model
-            .forward(&ids, &types, Some(&mask))
+            .forward(&ids, &types, &mask)
             .map_err(model_error)?;
         // Mean over the real tokens: padding is masked out of the sum and the count.
         let mask = mask
@@ -421,14 +428,6 @@ fn pipeline(dir: &Path) -> Result<(PathBuf, PathBuf)> {
             detail: "a Transformer and a Pooling module are needed".into(),
         }),
     }
-}
-
-fn config_max_positions(path: &Path, bytes: &[u8]) -> Result<usize> {
-    #[derive(Deserialize)]
-    struct Positions {
-        max_position_embeddings: usize,
-    }
-    Ok(parse::<Positions>(path, bytes)?.max_position_embeddings)
 }
 
 fn normalised(mut v: Vec<f32>) -> Vec<f32> {

@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+mod bert;
 mod embedder;
 
 pub use embedder::{EmbedError, EmbedOptions, Embedder, MAX_CHUNKED_BYTES};

@@ -158,8 +158,25 @@ fn a_broken_model_directory_is_refused_naming_the_file() {
     assert!(matches!(err, EmbedError::Invalid { .. }), "{err:?}");
     assert!(err.to_string().contains("config.json"), "{err}");
 
-    // A real configuration, but max pooling: refused rather than computed wrong.
+    // A real configuration, but an activation or positions the encoder does not compute:
+    // refused naming the setting, before any weight is read.
     let Some(dir) = model_dir() else { return };
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+    for (key, value, named) in [
+        ("hidden_act", "silu", "hidden_act \"silu\""),
+        ("position_embedding_type", "relative_key", "relative_key"),
+    ] {
+        let mut changed = config.clone();
+        changed[key] = serde_json::Value::from(value);
+        std::fs::write(tmp.path().join("config.json"), changed.to_string()).unwrap();
+        let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
+        assert!(matches!(err, EmbedError::Invalid { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("config.json") && text.contains(named), "{text}");
+    }
+
+    // A real configuration, but max pooling: refused rather than computed wrong.
     std::fs::copy(dir.join("config.json"), tmp.path().join("config.json")).unwrap();
     std::fs::create_dir(tmp.path().join("1_Pooling")).unwrap();
     std::fs::write(
