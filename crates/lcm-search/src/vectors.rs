@@ -26,11 +26,18 @@
 //!
 //! **Search.** Only entries in scope compete (the filter is applied before ranking). The
 //! query's sign code is compared with every entry's by Hamming distance (`dimension / 64`
-//! popcounts an entry), the best `k × OVERSAMPLE` are rescored by the int8 dot product, and
+//! popcounts an entry), the best `k ×` [`oversample_for`]`(k)` (1,280 up to ten hits, 16 a
+//! hit beyond a hundred) are rescored by the int8 dot product, and
 //! the best chunk of each message is kept. An index small enough is searched exactly (every
-//! entry in scope rescored), which is also what [`VectorIndex::search_exact`] does.
+//! entry in scope rescored), which is also what [`VectorIndex::search_exact`] does. From
+//! [`crate::vector_lists::LISTS_FROM`] entries on, an unscoped search's first pass reads only
+//! the codes of the lists nearest the query ([`crate::vector_lists`]); a scoped one still
+//! compares every entry in scope.
+//!
+//! Beside the three files, an index with lists has `centroids.bin` and `lists.bin`, derived
+//! from `int8.bin` and repaired from it at open.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -40,6 +47,8 @@ use memmap2::Mmap;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::vector_lists::{LISTS_FROM, Lists};
+
 /// Bumped when a file's layout changes: an index of another format is rebuilt.
 const FORMAT: u32 = 1;
 const MANIFEST: &str = "manifest.json";
@@ -47,10 +56,21 @@ const META: &str = "meta.bin";
 const CODES: &str = "codes.bin";
 const INT8: &str = "int8.bin";
 const META_LEN: usize = 40;
-/// Candidates of the first pass per hit asked for: at a million entries, 128 keeps the best
-/// ten of the exact int8 scan (docs/PERFORMANCE.md, "Hybrid recall"), and rescoring them costs
-/// little beside the first pass.
+/// Candidates of the first pass per hit asked for, up to ten hits: at a million entries, 128
+/// keeps the best ten of the exact int8 scan (docs/PERFORMANCE.md, "Hybrid recall").
 pub const OVERSAMPLE: usize = 128;
+/// Candidates per hit at least, for more than ten hits (see [`oversample_for`]).
+pub const MIN_OVERSAMPLE: usize = 16;
+
+/// The first pass's candidates per hit for a search of `k`: [`OVERSAMPLE`] up to ten hits,
+/// then the same 1,280 candidates in all, but never fewer than [`MIN_OVERSAMPLE`] a hit. What
+/// the count must cover is the rank by sign code of the true best entries, which grows with
+/// how far down the list a search goes far slower than `k × 128`: at a million entries, a pool
+/// of 100 (hybrid search's) keeps 0.994 of the exact int8 best hundred with 1,600 candidates,
+/// and rescoring 12,800 cost twice the rest of the search.
+pub fn oversample_for(k: usize) -> usize {
+    (OVERSAMPLE * 10 / k.max(1)).clamp(MIN_OVERSAMPLE, OVERSAMPLE * 10)
+}
 /// Fewer entries than this are rescored exactly, without a first pass.
 pub const EXACT_BELOW: usize = 20_000;
 /// Entries whose first-pass distances one task computes.
@@ -139,6 +159,10 @@ pub struct VectorIndex {
     codes: Vec<u64>,
     /// The committed int8 vectors (`None` while there are none).
     int8: Option<Mmap>,
+    /// The lists of an index of [`LISTS_FROM`] entries or more (see [`crate::vector_lists`]).
+    lists: Option<Lists>,
+    /// Entries from which lists are trained ([`LISTS_FROM`]; tests set fewer).
+    lists_from: usize,
     pending: Vec<(VectorEntry, Vec<f32>)>,
     /// Whether the files may be written (see [`VectorIndex::open`]).
     writable: bool,
@@ -186,6 +210,8 @@ impl VectorIndex {
             scales: Vec::new(),
             codes: Vec::new(),
             int8: None,
+            lists: None,
+            lists_from: LISTS_FROM,
             pending: Vec::new(),
             writable,
         };
@@ -279,13 +305,71 @@ impl VectorIndex {
             })
             .collect();
         self.watermark = manifest.watermark;
-        self.remap().map_err(|e| e.to_string())
+        self.remap().map_err(|e| e.to_string())?;
+        self.load_lists().map_err(|e| e.to_string())
+    }
+
+    /// Reads the lists (completing or training them, see [`crate::vector_lists`]).
+    fn load_lists(&mut self) -> Result<()> {
+        let n = self.meta.len();
+        let lists = {
+            let vector = self.vector_source();
+            match Lists::load(
+                &self.dir,
+                self.dimension,
+                n,
+                self.writable,
+                &vector,
+                &self.codes,
+            )? {
+                Some(lists) => Some(lists),
+                None if n >= self.lists_from => {
+                    let lists = Lists::train(n, self.dimension, &vector, &self.codes);
+                    if self.writable {
+                        lists.save(&self.dir)?;
+                    }
+                    Some(lists)
+                }
+                None => None,
+            }
+        };
+        self.lists = lists;
+        Ok(())
+    }
+
+    /// Entry `i`'s int8 vector and scale, for the lists.
+    fn vector_source<'a>(&'a self) -> impl Fn(usize) -> (&'a [i8], f32) + Sync + 'a {
+        move |i| (self.int8_of(i), self.scales[i])
+    }
+
+    /// Assigns the entries from `first_new` on to lists, or trains lists when the index has
+    /// just reached [`LISTS_FROM`] entries; the list files are synced.
+    fn extend_lists(&mut self, first_new: usize) -> Result<()> {
+        let n = self.meta.len();
+        match self.lists.take() {
+            Some(mut lists) => {
+                lists.assign_up_to(n, &self.vector_source(), &self.codes);
+                let appended = lists.append(&self.dir, first_new);
+                self.lists = Some(lists);
+                appended
+            }
+            None if n >= self.lists_from => {
+                let lists = Lists::train(n, self.dimension, &self.vector_source(), &self.codes);
+                lists.save(&self.dir)?;
+                self.lists = Some(lists);
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     /// Cuts the files to `n` entries (creating them if absent); nothing when not writable.
     fn truncate_files(&self, n: usize) -> Result<()> {
         if !self.writable {
             return Ok(());
+        }
+        if n == 0 {
+            Lists::remove(&self.dir)?;
         }
         for (name, per) in [
             (META, META_LEN),
@@ -440,15 +524,22 @@ impl VectorIndex {
         })();
         let previous = self.watermark;
         self.watermark = watermark;
+        // The lists read the new entries' int8 vectors through the map: remap first.
         let result = written
-            .and_then(|()| self.write_manifest())
-            .and_then(|()| self.remap());
+            .and_then(|()| self.remap())
+            .and_then(|()| self.extend_lists(first_new))
+            .and_then(|()| self.write_manifest());
         if let Err(e) = result {
             // Nothing past the last manifest counts: forget the entries in memory too (the
             // files are cut back at the next open).
             self.meta.truncate(first_new);
             self.scales.truncate(first_new);
             self.codes.truncate(first_new * self.dimension / 64);
+            if first_new < self.lists_from {
+                self.lists = None;
+            } else if let Some(lists) = &mut self.lists {
+                lists.truncate(first_new);
+            }
             self.watermark = previous;
             return Err(e);
         }
@@ -462,6 +553,7 @@ impl VectorIndex {
         self.scales.clear();
         self.codes.clear();
         self.int8 = None;
+        self.lists = None;
         self.watermark = 0;
         self.truncate_files(0)?;
         self.write_manifest()
@@ -481,7 +573,7 @@ impl VectorIndex {
     /// The `k` messages nearest `query` among the entries `filter` admits, best first (by
     /// their best chunk; ties by message id), in two passes (see the module doc).
     pub fn search(&self, query: &[f32], k: usize, filter: &VectorFilter<'_>) -> Vec<VectorHit> {
-        self.search_with(query, k, filter, OVERSAMPLE)
+        self.search_with(query, k, filter, oversample_for(k))
     }
 
     /// [`Self::search`] that rescores every entry in scope.
@@ -513,6 +605,8 @@ impl VectorIndex {
         let candidates = if filter.is_everything() {
             if self.meta.len() <= exact_up_to {
                 (0..self.meta.len()).collect()
+            } else if let Some(lists) = &self.lists {
+                lists.nearest(&q8, &sign_code(query), lists.probes(), wanted)
             } else {
                 self.nearest_codes(&sign_code(query), None, wanted)
             }
@@ -536,26 +630,7 @@ impl VectorIndex {
                 .map(|&i| (i, self.rescore(i, &q8, q_scale)))
                 .collect()
         };
-        let mut best: HashMap<u64, VectorHit> = HashMap::new();
-        for (i, score) in scored {
-            let e = &self.meta[i];
-            let hit = VectorHit {
-                message: e.message,
-                chunk: e.chunk,
-                score,
-            };
-            best.entry(e.message)
-                .and_modify(|b| {
-                    if score > b.score {
-                        *b = hit;
-                    }
-                })
-                .or_insert(hit);
-        }
-        let mut hits: Vec<VectorHit> = best.into_values().collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.message.cmp(&b.message)));
-        hits.truncate(k);
-        hits
+        best_per_message(&self.meta, scored, k)
     }
 
     /// Every entry `filter` admits, in order.
@@ -605,33 +680,33 @@ impl VectorIndex {
                     a
                 },
             );
-        // The smallest distance `cut` with at least `wanted` entries at or under it.
-        let mut below = 0;
-        let mut cut = self.dimension;
-        for (d, &count) in histogram.iter().enumerate() {
-            if below + count >= wanted {
-                cut = d;
-                break;
-            }
-            below += count;
-        }
-        let cut = cut as u16;
-        let mut at_cut = wanted.saturating_sub(below);
-        let mut out = Vec::with_capacity(wanted);
-        for (j, &d) in distances.iter().enumerate() {
-            if d < cut || (d == cut && at_cut > 0) {
-                if d == cut {
-                    at_cut -= 1;
-                }
-                out.push(scope.map_or(j, |scope| scope[j]));
-            }
-        }
-        out
+        take_nearest(&distances, &histogram, wanted, |j| {
+            scope.map_or(j, |scope| scope[j])
+        })
     }
 
     /// Bytes on disk of the committed entries (the three files).
     pub fn disk_bytes(&self) -> u64 {
-        (self.meta.len() * (META_LEN + self.dimension / 8 + self.dimension)) as u64
+        let lists = self.lists.as_ref().map_or(0, |l| l.disk_bytes());
+        (self.meta.len() * (META_LEN + self.dimension / 8 + self.dimension)) as u64 + lists
+    }
+
+    /// Trains lists from `entries` entries on (at the next commit) instead of [`LISTS_FROM`]:
+    /// for tests and measurements on small indexes.
+    pub fn set_lists_from(&mut self, entries: usize) {
+        self.lists_from = entries;
+    }
+
+    /// Forgets the lists in memory (their files stay): searches read every code again, as
+    /// below [`LISTS_FROM`]. For measurements comparing the two first passes.
+    pub fn forget_lists(&mut self) {
+        self.lists = None;
+    }
+
+    /// Whether the index has lists (see [`crate::vector_lists`]): its unscoped searches read
+    /// only the entries of the lists nearest the query in their first pass.
+    pub fn has_lists(&self) -> bool {
+        self.lists.is_some()
     }
 
     /// Bytes the committed entries hold in memory (metadata, scales and sign codes; the int8
@@ -640,11 +715,82 @@ impl VectorIndex {
         (self.meta.capacity() * std::mem::size_of::<VectorEntry>()
             + self.scales.capacity() * std::mem::size_of::<f32>()
             + self.codes.capacity() * std::mem::size_of::<u64>()) as u64
+            + self.lists.as_ref().map_or(0, Lists::memory_bytes)
     }
 }
 
+/// The `k` messages of the best scored entries (`(position, score)`), each with its best
+/// chunk (ties to the first position), best first (ties by message id).
+fn best_per_message(meta: &[VectorEntry], scored: Vec<(usize, f32)>, k: usize) -> Vec<VectorHit> {
+    let mut ranked: Vec<(f32, u64, usize)> = scored
+        .into_iter()
+        .map(|(i, score)| (score, meta[i].message, i))
+        .collect();
+    let order = |a: &(f32, u64, usize), b: &(f32, u64, usize)| {
+        b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
+    };
+    // A message has few chunks: the best `4k` entries nearly always hold `k` messages, and
+    // sorting only them spares sorting every candidate (thousands for a pool of 100).
+    let mut sorted = k.saturating_mul(4).min(ranked.len());
+    loop {
+        if sorted < ranked.len() {
+            ranked.select_nth_unstable_by(sorted, order);
+            ranked[..sorted].sort_unstable_by(order);
+        } else {
+            ranked.sort_unstable_by(order);
+        }
+        let mut seen = HashSet::with_capacity(k);
+        let hits: Vec<VectorHit> = ranked[..sorted]
+            .iter()
+            .filter(|&&(_, message, _)| seen.insert(message))
+            .take(k)
+            .map(|&(score, message, i)| VectorHit {
+                message,
+                chunk: meta[i].chunk,
+                score,
+            })
+            .collect();
+        if hits.len() == k || sorted == ranked.len() {
+            return hits;
+        }
+        sorted = ranked.len();
+    }
+}
+
+/// The positions `at(j)` of the `wanted` smallest `distances` (ties by `j`), given the
+/// `histogram` of the distances (`histogram[d]`: how many are `d`).
+pub(crate) fn take_nearest(
+    distances: &[u16],
+    histogram: &[usize],
+    wanted: usize,
+    at: impl Fn(usize) -> usize,
+) -> Vec<usize> {
+    // The smallest distance `cut` with at least `wanted` entries at or under it.
+    let mut below = 0;
+    let mut cut = histogram.len().saturating_sub(1);
+    for (d, &count) in histogram.iter().enumerate() {
+        if below + count >= wanted {
+            cut = d;
+            break;
+        }
+        below += count;
+    }
+    let cut = cut as u16;
+    let mut at_cut = wanted.saturating_sub(below);
+    let mut out = Vec::with_capacity(wanted);
+    for (j, &d) in distances.iter().enumerate() {
+        if d < cut || (d == cut && at_cut > 0) {
+            if d == cut {
+                at_cut -= 1;
+            }
+            out.push(at(j));
+        }
+    }
+    out
+}
+
 /// Symmetric int8 quantisation with one scale per vector: `x ≈ q · scale`.
-fn quantise(v: &[f32]) -> (Vec<i8>, f32) {
+pub(crate) fn quantise(v: &[f32]) -> (Vec<i8>, f32) {
     let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
     if max == 0.0 {
         return (vec![0; v.len()], 0.0);
@@ -670,7 +816,7 @@ fn sign_code(v: &[f32]) -> Vec<u64> {
 
 /// The dot product of two int8 vectors: the widening loop, compiled for AVX2 where the CPU
 /// has it (checked once), else for the baseline x86-64 or the target.
-fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+pub(crate) fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     #[cfg(target_arch = "x86_64")]
     if cpu().avx2 {
         // SAFETY: the CPU has AVX2 (checked at run time).
@@ -695,7 +841,7 @@ fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
 
 /// The Hamming distances of consecutive sign codes (`words` words each) from `query`, into
 /// `out` (one per code): with the `popcnt` instruction where the CPU has it (checked once).
-fn hamming(codes: &[u64], words: usize, query: &[u64], out: &mut [u16]) {
+pub(crate) fn hamming(codes: &[u64], words: usize, query: &[u64], out: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
     if cpu().popcnt {
         // SAFETY: the CPU has POPCNT (checked at run time).
@@ -908,6 +1054,132 @@ mod tests {
             assert_eq!(fast[0], exact[0], "the query's own vector comes first");
         }
         assert!(agree >= 190, "recall@10 of the first pass: {agree}/200");
+    }
+
+    #[test]
+    fn the_first_pass_keeps_1280_candidates_up_to_ten_hits_and_16_a_hit_beyond() {
+        let candidates = |k: usize| k * oversample_for(k);
+        assert_eq!(candidates(1), 1_280);
+        assert_eq!(candidates(10), 1_280);
+        assert_eq!(candidates(100), 1_600);
+        assert_eq!(candidates(1_000), 16_000);
+        assert_eq!(oversample_for(0), 1_280);
+    }
+
+    #[test]
+    fn the_best_chunk_of_each_message_even_when_one_message_fills_the_top() {
+        // Message 1 has ten chunks, all better than message 2's and 3's: the first sort of
+        // the best 4k entries holds one message only, and the whole list is sorted next.
+        let mut meta = Vec::new();
+        let mut scored = Vec::new();
+        for c in 0..10u32 {
+            meta.push(VectorEntry {
+                chunk: (c, c + 1),
+                ..entry(1, 0)
+            });
+            scored.push((meta.len() - 1, 0.9 - c as f32 * 0.01));
+        }
+        for (message, score) in [(4, 0.5), (3, 0.5), (2, 0.5), (2, 0.7)] {
+            meta.push(entry(message, 0));
+            scored.push((meta.len() - 1, score));
+        }
+        let hits = best_per_message(&meta, scored.clone(), 2);
+        let got: Vec<(u64, f32)> = hits.iter().map(|h| (h.message, h.score)).collect();
+        assert_eq!(got, [(1, 0.9), (2, 0.7)]);
+        assert_eq!(hits[0].chunk, (0, 1));
+        // Equal scores rank by message id.
+        let hits = best_per_message(&meta, scored, 4);
+        let got: Vec<u64> = hits.iter().map(|h| h.message).collect();
+        assert_eq!(got, [1, 2, 3, 4]);
+        assert!(best_per_message(&meta, Vec::new(), 3).is_empty());
+    }
+
+    /// `n` unit vectors of dimension 128 near 100 centres (as real embeddings cluster).
+    fn clustered(n: usize, rng: &mut Rng) -> Vec<Vec<f32>> {
+        let centres: Vec<Vec<f32>> = (0..100).map(|_| rng.unit(128)).collect();
+        (0..n)
+            .map(|m| {
+                let noise = rng.unit(128);
+                let v: Vec<f32> = centres[m % 100]
+                    .iter()
+                    .zip(&noise)
+                    .map(|(a, b)| a + 0.5 * b)
+                    .collect();
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.into_iter().map(|x| x / norm).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lists_keep_the_exact_answer_and_are_repaired_from_the_vectors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut rng = Rng(11);
+        let vectors = clustered(EXACT_BELOW + 4_000, &mut rng);
+        let (mut index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
+        index.set_lists_from(EXACT_BELOW);
+        let half = vectors.len() / 2;
+        for (m, v) in vectors[..half].iter().enumerate() {
+            index.push(entry(m as u64, 0), v.clone()).unwrap();
+        }
+        index.commit(half as u64).unwrap();
+        assert!(!index.has_lists(), "fewer entries than lists_from");
+        for (m, v) in vectors.iter().enumerate().skip(half) {
+            index.push(entry(m as u64, 0), v.clone()).unwrap();
+        }
+        index.commit(vectors.len() as u64).unwrap();
+        assert!(index.has_lists());
+        let n = vectors.len();
+        let lists_file = tmp.path().join("lists.bin");
+        assert_eq!(std::fs::metadata(&lists_file).unwrap().len(), n as u64 * 2);
+
+        let queries: Vec<usize> = (0..20).map(|t| t * 1_201 % n).collect();
+        let search = |index: &VectorIndex| -> Vec<Vec<u64>> {
+            queries
+                .iter()
+                .map(|&q| {
+                    let hits = index.search(&vectors[q], 10, &VectorFilter::default());
+                    hits.iter().map(|h| h.message).collect()
+                })
+                .collect()
+        };
+        let found = search(&index);
+        let mut agree = 0;
+        for (&q, fast) in queries.iter().zip(&found) {
+            let exact = index.search_exact(&vectors[q], 10, &VectorFilter::default());
+            agree += exact.iter().filter(|h| fast.contains(&h.message)).count();
+            assert_eq!(fast[0], q as u64, "the query's own vector comes first");
+        }
+        assert!(agree >= 180, "recall@10 with lists: {agree}/200");
+        drop(index);
+
+        // Reopened: the lists are read back (the default threshold is far above n).
+        let (index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
+        assert!(index.has_lists());
+        assert_eq!(search(&index), found);
+        drop(index);
+
+        // A list file cut short is completed from the int8 vectors.
+        let file = OpenOptions::new().write(true).open(&lists_file).unwrap();
+        file.set_len(n as u64).unwrap();
+        drop(file);
+        let (index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
+        assert_eq!(search(&index), found);
+        assert_eq!(std::fs::metadata(&lists_file).unwrap().len(), n as u64 * 2);
+        drop(index);
+
+        // One naming a list that does not exist is discarded: no lists below the default
+        // threshold, the two passes over every code instead, still finding each query.
+        let mut f = OpenOptions::new().write(true).open(&lists_file).unwrap();
+        f.write_all(&[0xFF, 0xFF]).unwrap();
+        drop(f);
+        let (mut index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
+        assert!(!index.has_lists());
+        for (&q, hits) in queries.iter().zip(search(&index)) {
+            assert_eq!(hits[0], q as u64);
+        }
+        index.clear().unwrap();
+        assert!(!lists_file.exists() && !tmp.path().join("centroids.bin").exists());
     }
 
     #[test]

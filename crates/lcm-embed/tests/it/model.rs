@@ -173,7 +173,10 @@ fn a_broken_model_directory_is_refused_naming_the_file() {
         let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
         assert!(matches!(err, EmbedError::Invalid { .. }), "{err:?}");
         let text = err.to_string();
-        assert!(text.contains("config.json") && text.contains(named), "{text}");
+        assert!(
+            text.contains("config.json") && text.contains(named),
+            "{text}"
+        );
     }
 
     // A real configuration, but max pooling: refused rather than computed wrong.

@@ -1,0 +1,352 @@
+//! The vector index's lists (an inverted file): past [`LISTS_FROM`] entries, an unscoped
+//! search's first pass reads the sign codes of the entries in the lists nearest the query
+//! instead of every code, which at a million entries was memory-bound at about 8 ms a query
+//! (docs/PERFORMANCE.md, "Hybrid recall").
+//!
+//! - **Training**: spherical k-means over a sample of the entries' int8 vectors (deterministic:
+//!   an evenly spaced sample, the first centroids evenly spaced entries), `√n` lists (16 to
+//!   4,096); every entry then goes to the list of its nearest centroid. Lists are trained once,
+//!   when the index first reaches [`LISTS_FROM`] entries (or is opened that large without
+//!   them); later entries join the nearest existing list, and a rebuild (`lcm reindex`) trains
+//!   anew.
+//! - **Files**, derived from the index's int8 vectors and repaired from them: `centroids.bin`
+//!   (list count and dimension as u32 LE, then the int8 centroids; replaced whole) and
+//!   `lists.bin` (each entry's list as u16 LE, appended and synced with the index's files
+//!   before its manifest names the entries). At open, a list file shorter than the index is
+//!   completed by assigning the missing entries, a longer one cut, and one naming a list that
+//!   does not exist is discarded with the centroids (trained again).
+//! - **Search**: the query's nearest [`Lists::probes`] lists (a sixteenth of them, at least 8)
+//!   give the candidates; the two passes of [`crate::vectors`] run over them.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::Path;
+
+use lcm_store::error::{Result, StoreError};
+use rayon::prelude::*;
+
+use crate::vectors::{dot_i8, hamming, quantise, take_nearest};
+
+/// Entries from which an index has lists (below it, a full first pass costs under 2 ms).
+pub const LISTS_FROM: usize = 200_000;
+const CENTROIDS: &str = "centroids.bin";
+const ASSIGNMENT: &str = "lists.bin";
+/// Sample points per list for training.
+const SAMPLE_PER_LIST: usize = 32;
+/// Rounds of k-means.
+const ROUNDS: usize = 6;
+
+/// The lists of one vector index (see the module doc).
+pub(crate) struct Lists {
+    dimension: usize,
+    /// `count × dimension` int8 centroids (unit vectors, quantised).
+    centroids: Vec<i8>,
+    /// Each entry's list.
+    assignment: Vec<u16>,
+    /// Each list's entries, in order.
+    members: Vec<Vec<u32>>,
+    /// Each list's entries' sign codes, in the same order: the first pass reads a list's
+    /// codes in one sweep instead of one cache miss an entry.
+    codes: Vec<Vec<u64>>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::io(path, source)
+}
+
+impl Lists {
+    /// How many lists an index of `n` entries is trained with.
+    pub(crate) fn count_for(n: usize) -> usize {
+        ((n as f64).sqrt().round() as usize).clamp(16, 4096)
+    }
+
+    fn count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// How many lists a search reads.
+    pub(crate) fn probes(&self) -> usize {
+        (self.count() / 16).max(8).min(self.count())
+    }
+
+    /// Trains lists on the first `n` entries, `vector(i)` giving entry `i`'s int8 vector and
+    /// scale, and assigns each of them.
+    pub(crate) fn train<'a>(
+        n: usize,
+        dimension: usize,
+        vector: &(impl Fn(usize) -> (&'a [i8], f32) + Sync),
+        codes: &[u64],
+    ) -> Lists {
+        let count = Self::count_for(n).min(n.max(1));
+        let sample_len = (count * SAMPLE_PER_LIST).min(n);
+        let sample: Vec<usize> = (0..sample_len).map(|s| s * n / sample_len).collect();
+        let mut centroids: Vec<i8> = (0..count)
+            .flat_map(|c| vector(c * n / count).0.to_vec())
+            .collect();
+        for _ in 0..ROUNDS {
+            let nearest: Vec<u16> = sample
+                .par_iter()
+                .map(|&i| nearest_of(&centroids, dimension, vector(i).0))
+                .collect();
+            let mut sums = vec![0f32; count * dimension];
+            for (&i, &c) in sample.iter().zip(&nearest) {
+                let (v, scale) = vector(i);
+                let sum = &mut sums[usize::from(c) * dimension..][..dimension];
+                for (s, &x) in sum.iter_mut().zip(v) {
+                    *s += f32::from(x) * scale;
+                }
+            }
+            for (c, sum) in sums.chunks_exact(dimension).enumerate() {
+                let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt();
+                // A list no sample point chose keeps its centroid.
+                if norm > 0.0 {
+                    let unit: Vec<f32> = sum.iter().map(|x| x / norm).collect();
+                    centroids[c * dimension..(c + 1) * dimension]
+                        .copy_from_slice(&quantise(&unit).0);
+                }
+            }
+        }
+        let mut lists = Lists::new(dimension, centroids, count);
+        lists.assign_up_to(n, vector, codes);
+        lists
+    }
+
+    fn new(dimension: usize, centroids: Vec<i8>, count: usize) -> Lists {
+        Lists {
+            dimension,
+            centroids,
+            assignment: Vec::new(),
+            members: vec![Vec::new(); count],
+            codes: vec![Vec::new(); count],
+        }
+    }
+
+    fn words(&self) -> usize {
+        self.dimension / 64
+    }
+
+    /// Puts entry `i` (the next one) in `list`.
+    fn add(&mut self, i: usize, list: u16, codes: &[u64]) {
+        let words = self.words();
+        let list_index = usize::from(list);
+        self.members[list_index].push(i as u32);
+        self.codes[list_index].extend_from_slice(&codes[i * words..(i + 1) * words]);
+        self.assignment.push(list);
+    }
+
+    /// Assigns the entries from the last assigned one up to `n` to their nearest lists.
+    pub(crate) fn assign_up_to<'a>(
+        &mut self,
+        n: usize,
+        vector: &(impl Fn(usize) -> (&'a [i8], f32) + Sync),
+        codes: &[u64],
+    ) {
+        let from = self.assignment.len();
+        if n <= from {
+            return;
+        }
+        let nearest: Vec<u16> = (from..n)
+            .into_par_iter()
+            .with_min_len(1024)
+            .map(|i| nearest_of(&self.centroids, self.dimension, vector(i).0))
+            .collect();
+        for (i, &list) in (from..n).zip(&nearest) {
+            self.add(i, list, codes);
+        }
+    }
+
+    /// Forgets the entries from `n` on (a commit that failed).
+    pub(crate) fn truncate(&mut self, n: usize) {
+        let words = self.words();
+        for &list in self.assignment.get(n..).unwrap_or_default() {
+            let list = usize::from(list);
+            self.members[list].pop();
+            let len = self.codes[list].len();
+            self.codes[list].truncate(len - words);
+        }
+        self.assignment.truncate(n);
+    }
+
+    /// The first pass over the `probes` lists nearest `query` (int8): the `wanted` entries
+    /// among theirs whose sign codes are nearest `code` (all of them when they are fewer).
+    pub(crate) fn nearest(
+        &self,
+        query: &[i8],
+        code: &[u64],
+        probes: usize,
+        wanted: usize,
+    ) -> Vec<usize> {
+        let mut by_score: Vec<(i32, usize)> = self
+            .centroids
+            .chunks_exact(self.dimension)
+            .map(|c| dot_i8(c, query))
+            .zip(0..)
+            .collect();
+        let probes = probes.min(by_score.len());
+        if probes == 0 {
+            return Vec::new();
+        }
+        by_score.select_nth_unstable_by(probes - 1, |a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let probed = &by_score[..probes];
+        let positions: Vec<usize> = probed
+            .iter()
+            .flat_map(|&(_, list)| self.members[list].iter().map(|&i| i as usize))
+            .collect();
+        if positions.len() <= wanted {
+            return positions;
+        }
+        let mut distances = vec![0u16; positions.len()];
+        let mut at = 0;
+        for &(_, list) in probed {
+            let len = self.members[list].len();
+            hamming(
+                &self.codes[list],
+                self.words(),
+                code,
+                &mut distances[at..at + len],
+            );
+            at += len;
+        }
+        let mut histogram = vec![0usize; self.dimension + 1];
+        for &d in &distances {
+            histogram[usize::from(d)] += 1;
+        }
+        take_nearest(&distances, &histogram, wanted, |j| positions[j])
+    }
+
+    /// Bytes of the list files.
+    pub(crate) fn disk_bytes(&self) -> u64 {
+        (8 + self.centroids.len() + self.assignment.len() * 2) as u64
+    }
+
+    /// Bytes these lists hold in memory.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        (self.centroids.capacity()
+            + self.assignment.capacity() * 2
+            + self.members.iter().map(|m| m.capacity() * 4).sum::<usize>()
+            + self.codes.iter().map(|c| c.capacity() * 8).sum::<usize>()) as u64
+    }
+
+    /// The lists in `dir` for the first `n` entries, completed from `vector` when the list file
+    /// is short (and cut when long, if `writable`); `None` when there are none, or none usable.
+    pub(crate) fn load<'a>(
+        dir: &Path,
+        dimension: usize,
+        n: usize,
+        writable: bool,
+        vector: &(impl Fn(usize) -> (&'a [i8], f32) + Sync),
+        codes: &[u64],
+    ) -> Result<Option<Lists>> {
+        let path = dir.join(CENTROIDS);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::io(&path, e)),
+        };
+        let u32_at = |at: usize| {
+            bytes
+                .get(at..at + 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        };
+        let (Some(count), Some(stored_dimension)) = (u32_at(0), u32_at(4)) else {
+            return Ok(None);
+        };
+        if stored_dimension != dimension
+            || count == 0
+            || count > usize::from(u16::MAX)
+            || bytes.len() != 8 + count * dimension
+        {
+            return Ok(None);
+        }
+        let centroids = bytes[8..].iter().map(|&b| b as i8).collect();
+        let path = dir.join(ASSIGNMENT);
+        let mut stored = Vec::new();
+        match File::open(&path) {
+            Ok(mut f) => {
+                f.read_to_end(&mut stored).map_err(io(&path))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::io(&path, e)),
+        }
+        let mut lists = Lists::new(dimension, centroids, count);
+        for (i, pair) in stored.chunks_exact(2).take(n).enumerate() {
+            let list = u16::from_le_bytes([pair[0], pair[1]]);
+            if usize::from(list) >= count {
+                return Ok(None);
+            }
+            lists.add(i, list, codes);
+        }
+        let kept = lists.assignment.len();
+        lists.assign_up_to(n, vector, codes);
+        if writable && (kept < n || stored.len() != n * 2) {
+            let file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(io(&path))?;
+            file.set_len((kept * 2) as u64).map_err(io(&path))?;
+            drop(file);
+            lists.append(dir, kept)?;
+        }
+        Ok(Some(lists))
+    }
+
+    /// Writes the centroids and every assignment (new lists), synced.
+    pub(crate) fn save(&self, dir: &Path) -> Result<()> {
+        let tmp = dir.join("centroids.bin.tmp");
+        let mut bytes = Vec::with_capacity(8 + self.centroids.len());
+        bytes.extend_from_slice(&(self.count() as u32).to_le_bytes());
+        bytes.extend_from_slice(&(self.dimension as u32).to_le_bytes());
+        bytes.extend(self.centroids.iter().map(|&c| c as u8));
+        let mut file = File::create(&tmp).map_err(io(&tmp))?;
+        file.write_all(&bytes).map_err(io(&tmp))?;
+        file.sync_all().map_err(io(&tmp))?;
+        let path = dir.join(CENTROIDS);
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        let path = dir.join(ASSIGNMENT);
+        File::create(&path).map_err(io(&path))?;
+        self.append(dir, 0)
+    }
+
+    /// Appends the assignments of the entries from `from` on to the list file, synced.
+    pub(crate) fn append(&self, dir: &Path, from: usize) -> Result<()> {
+        let path = dir.join(ASSIGNMENT);
+        let bytes: Vec<u8> = self.assignment[from.min(self.assignment.len())..]
+            .iter()
+            .flat_map(|l| l.to_le_bytes())
+            .collect();
+        let mut file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        file.write_all(&bytes).map_err(io(&path))?;
+        file.sync_all().map_err(io(&path))
+    }
+
+    /// Removes the files of the lists in `dir` (a rebuild).
+    pub(crate) fn remove(dir: &Path) -> Result<()> {
+        for name in [CENTROIDS, ASSIGNMENT] {
+            let path = dir.join(name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io(&path, e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The list whose centroid is nearest `v` (the largest int8 dot product; ties to the first).
+fn nearest_of(centroids: &[i8], dimension: usize, v: &[i8]) -> u16 {
+    let mut best = (i32::MIN, 0u16);
+    for (c, centroid) in centroids.chunks_exact(dimension).enumerate() {
+        let score = dot_i8(centroid, v);
+        if score > best.0 {
+            best = (score, c as u16);
+        }
+    }
+    best.1
+}
