@@ -28,7 +28,7 @@ pub mod index;
 pub mod semantic;
 mod trigram_index;
 mod trigram_keys;
-mod vector_lists;
+pub mod vector_lists;
 pub mod vectors;
 pub mod word_tokens;
 

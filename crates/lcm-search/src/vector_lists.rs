@@ -6,16 +6,17 @@
 //! - **Training**: spherical k-means over a sample of the entries' int8 vectors (deterministic:
 //!   an evenly spaced sample, the first centroids evenly spaced entries), `√n` lists (16 to
 //!   4,096); every entry then goes to the list of its nearest centroid. Lists are trained once,
-//!   when the index first reaches [`LISTS_FROM`] entries (or is opened that large without
-//!   them); later entries join the nearest existing list, and a rebuild (`lcm reindex`) trains
-//!   anew.
+//!   when the index first reaches [`LISTS_FROM`] entries (or is opened writable that large
+//!   without them: about 10 s at a million entries on two cores, once); later entries join the
+//!   nearest existing list, and a rebuild (`lcm reindex`) trains anew. A read-only open never
+//!   trains: without list files it searches every code, as below the threshold.
 //! - **Files**, derived from the index's int8 vectors and repaired from them: `centroids.bin`
 //!   (list count and dimension as u32 LE, then the int8 centroids; replaced whole) and
 //!   `lists.bin` (each entry's list as u16 LE, appended and synced with the index's files
 //!   before its manifest names the entries). At open, a list file shorter than the index is
 //!   completed by assigning the missing entries, a longer one cut, and one naming a list that
 //!   does not exist is discarded with the centroids (trained again).
-//! - **Search**: the query's nearest [`Lists::probes`] lists (a sixteenth of them, at least 8)
+//! - **Search**: the query's nearest `Lists::probes` lists (a sixteenth of them, at least 8)
 //!   give the candidates; the two passes of [`crate::vectors`] run over them.
 
 use std::fs::{File, OpenOptions};

@@ -323,11 +323,16 @@ impl VectorIndex {
                 &self.codes,
             )? {
                 Some(lists) => Some(lists),
-                None if n >= self.lists_from => {
+                // Trained by a writable open only, which keeps them: a read-only process
+                // (`lcm grep` beside nobody) would pay the training at every start.
+                None if n >= self.lists_from && self.writable => {
+                    tracing::info!(
+                        dir = %self.dir.display(),
+                        entries = n,
+                        "training the vector index's lists (once)"
+                    );
                     let lists = Lists::train(n, self.dimension, &vector, &self.codes);
-                    if self.writable {
-                        lists.save(&self.dir)?;
-                    }
+                    lists.save(&self.dir)?;
                     Some(lists)
                 }
                 None => None,
@@ -1159,10 +1164,16 @@ mod tests {
         assert_eq!(search(&index), found);
         drop(index);
 
-        // A list file cut short is completed from the int8 vectors.
+        // A list file cut short is completed from the int8 vectors: in memory by a read-only
+        // open, which writes nothing, and on disk by a writable one.
         let file = OpenOptions::new().write(true).open(&lists_file).unwrap();
         file.set_len(n as u64).unwrap();
         drop(file);
+        let (index, _) = VectorIndex::open(tmp.path(), 128, "m", false).unwrap();
+        assert!(index.has_lists());
+        assert_eq!(search(&index), found);
+        assert_eq!(std::fs::metadata(&lists_file).unwrap().len(), n as u64);
+        drop(index);
         let (index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
         assert_eq!(search(&index), found);
         assert_eq!(std::fs::metadata(&lists_file).unwrap().len(), n as u64 * 2);
