@@ -26,7 +26,7 @@ use std::path::Path;
 use lcm_store::error::{Result, StoreError};
 use rayon::prelude::*;
 
-use crate::vectors::{dot_i8, hamming, quantise, take_nearest};
+use crate::vectors::{dot_i8, hamming, io, quantise, replace_file, set_file_len, take_nearest};
 
 /// Entries from which an index has lists (below it, a full first pass costs under 2 ms).
 pub const LISTS_FROM: usize = 200_000;
@@ -49,10 +49,6 @@ pub(crate) struct Lists {
     /// Each list's entries' sign codes, in the same order: the first pass reads a list's
     /// codes in one sweep instead of one cache miss an entry.
     codes: Vec<Vec<u64>>,
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::io(path, source)
 }
 
 impl Lists {
@@ -280,14 +276,7 @@ impl Lists {
         let kept = lists.assignment.len();
         lists.assign_up_to(n, vector, codes);
         if writable && (kept < n || stored.len() != n * 2) {
-            let file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(io(&path))?;
-            file.set_len((kept * 2) as u64).map_err(io(&path))?;
-            drop(file);
+            set_file_len(&path, (kept * 2) as u64)?;
             lists.append(dir, kept)?;
         }
         Ok(Some(lists))
@@ -295,16 +284,11 @@ impl Lists {
 
     /// Writes the centroids and every assignment (new lists), synced.
     pub(crate) fn save(&self, dir: &Path) -> Result<()> {
-        let tmp = dir.join("centroids.bin.tmp");
         let mut bytes = Vec::with_capacity(8 + self.centroids.len());
         bytes.extend_from_slice(&(self.count() as u32).to_le_bytes());
         bytes.extend_from_slice(&(self.dimension as u32).to_le_bytes());
         bytes.extend(self.centroids.iter().map(|&c| c as u8));
-        let mut file = File::create(&tmp).map_err(io(&tmp))?;
-        file.write_all(&bytes).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
-        let path = dir.join(CENTROIDS);
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        replace_file(dir, CENTROIDS, &bytes)?;
         let path = dir.join(ASSIGNMENT);
         File::create(&path).map_err(io(&path))?;
         self.append(dir, 0)

@@ -179,8 +179,35 @@ impl std::fmt::Debug for VectorIndex {
     }
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::io(path, source)
+}
+
+/// Makes `path` exactly `len` bytes long (created if absent; synced when changed).
+pub(crate) fn set_file_len(path: &Path, len: u64) -> Result<()> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(io(path))?;
+    if file.metadata().map_err(io(path))?.len() != len {
+        file.set_len(len).map_err(io(path))?;
+        file.sync_all().map_err(io(path))?;
+    }
+    Ok(())
+}
+
+/// Replaces `dir/name` with `bytes` atomically: a synced temporary file renamed over it, then
+/// the directory synced.
+pub(crate) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut file = File::create(&tmp).map_err(io(&tmp))?;
+    file.write_all(bytes).map_err(io(&tmp))?;
+    file.sync_all().map_err(io(&tmp))?;
+    let path = dir.join(name);
+    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
 }
 
 impl VectorIndex {
@@ -381,18 +408,7 @@ impl VectorIndex {
             (CODES, self.dimension / 8),
             (INT8, self.dimension),
         ] {
-            let path = self.dir.join(name);
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(io(&path))?;
-            let want = (n * per) as u64;
-            if file.metadata().map_err(io(&path))?.len() != want {
-                file.set_len(want).map_err(io(&path))?;
-                file.sync_all().map_err(io(&path))?;
-            }
+            set_file_len(&self.dir.join(name), (n * per) as u64)?;
         }
         Ok(())
     }
@@ -423,18 +439,9 @@ impl VectorIndex {
             entries: self.meta.len() as u64,
             watermark: self.watermark,
         };
-        let tmp = self.dir.join("manifest.json.tmp");
         let bytes = serde_json::to_vec_pretty(&manifest)
             .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
-        let mut file = File::create(&tmp).map_err(io(&tmp))?;
-        file.write_all(&bytes).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
-        let path = self.dir.join(MANIFEST);
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(&self.dir))?;
-        Ok(())
+        replace_file(&self.dir, MANIFEST, &bytes)
     }
 
     /// Length of every vector.
@@ -1029,17 +1036,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let mut rng = Rng(5);
         let (mut index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
-        // Clustered data, as real embeddings are: 200 centres, points near them.
-        let centres: Vec<Vec<f32>> = (0..200).map(|_| rng.unit(128)).collect();
-        let mut vectors = Vec::new();
-        for m in 0..(EXACT_BELOW as u64 + 5_000) {
-            let c = &centres[(m % 200) as usize];
-            let noise = rng.unit(128);
-            let v: Vec<f32> = c.iter().zip(&noise).map(|(a, b)| a + 0.4 * b).collect();
-            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            let v: Vec<f32> = v.into_iter().map(|x| x / n).collect();
-            index.push(entry(m, 0), v.clone()).unwrap();
-            vectors.push(v);
+        let vectors = clustered(EXACT_BELOW + 5_000, 200, 0.4, &mut rng);
+        for (m, v) in vectors.iter().enumerate() {
+            index.push(entry(m as u64, 0), v.clone()).unwrap();
         }
         index.commit(vectors.len() as u64).unwrap();
         let mut agree = 0;
@@ -1099,16 +1098,17 @@ mod tests {
         assert!(best_per_message(&meta, Vec::new(), 3).is_empty());
     }
 
-    /// `n` unit vectors of dimension 128 near 100 centres (as real embeddings cluster).
-    fn clustered(n: usize, rng: &mut Rng) -> Vec<Vec<f32>> {
-        let centres: Vec<Vec<f32>> = (0..100).map(|_| rng.unit(128)).collect();
+    /// `n` unit vectors of dimension 128, the `m`th near centre `m % centres` with noise of
+    /// weight `spread` (as real embeddings cluster).
+    fn clustered(n: usize, centres: usize, spread: f32, rng: &mut Rng) -> Vec<Vec<f32>> {
+        let centre: Vec<Vec<f32>> = (0..centres).map(|_| rng.unit(128)).collect();
         (0..n)
             .map(|m| {
                 let noise = rng.unit(128);
-                let v: Vec<f32> = centres[m % 100]
+                let v: Vec<f32> = centre[m % centres]
                     .iter()
                     .zip(&noise)
-                    .map(|(a, b)| a + 0.5 * b)
+                    .map(|(a, b)| a + spread * b)
                     .collect();
                 let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
                 v.into_iter().map(|x| x / norm).collect()
@@ -1120,7 +1120,7 @@ mod tests {
     fn lists_keep_the_exact_answer_and_are_repaired_from_the_vectors() {
         let tmp = tempfile::tempdir().unwrap();
         let mut rng = Rng(11);
-        let vectors = clustered(EXACT_BELOW + 4_000, &mut rng);
+        let vectors = clustered(EXACT_BELOW + 4_000, 100, 0.5, &mut rng);
         let (mut index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
         index.set_lists_from(EXACT_BELOW);
         let half = vectors.len() / 2;
