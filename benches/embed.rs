@@ -9,7 +9,10 @@
 //! time (what a semantic or hybrid search does first), with 2 threads and with 1. Figures:
 //! docs/PERFORMANCE.md.
 
-use std::path::{Path, PathBuf};
+#[path = "support/real_data.rs"]
+mod real_data;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -22,77 +25,29 @@ const AT_LEAST: usize = 256;
 /// Texts per forward pass (the configuration's default).
 const BATCH: usize = 32;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The model directory `setup.sh` prints, or why there is none.
-fn model_dir() -> Result<PathBuf, String> {
-    let setup = root().join("../shared/tools/embed-model/setup.sh");
-    if !setup.exists() {
-        return Err(format!("{} is absent", setup.display()));
-    }
-    let out = std::process::Command::new(&setup)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", setup.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            setup.display(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-}
-
-/// The first `MESSAGES` (at least `AT_LEAST`) messages with text (their text parts, joined) of the four real Claude
-/// Code sessions, in file order, or why there are none.
+/// The first `MESSAGES` (at least `AT_LEAST`) messages with text (their text parts, joined) of
+/// the four real Claude Code sessions, in file order, or why there are none.
 fn real_texts() -> Result<Vec<String>, String> {
-    use lcm::core::formats::{Format, LineContext, LineOutcome, parse_line};
     use lcm::core::message::Part;
-    let dir = root().join("../shared/data/transcripts/claude-code");
-    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "jsonl")
-                && p.file_stem().is_some_and(|s| s.len() == 36)
+    let messages = real_data::transcript_messages(&real_data::transcript_files(false)?)?;
+    let texts: Vec<String> = messages
+        .iter()
+        .filter_map(|m| {
+            let text: Vec<&str> = m
+                .parts
+                .iter()
+                .filter_map(|p| match p {
+                    Part::Text { text } if !text.trim().is_empty() => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            (!text.is_empty()).then(|| text.join("\n"))
         })
+        .take(MESSAGES)
         .collect();
-    files.sort();
-    let mut texts = Vec::new();
-    for file in &files {
-        let raw = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        for (n, line) in raw.lines().enumerate() {
-            let ctx = LineContext {
-                line: n as u64 + 1,
-                default_session_key: "bench",
-            };
-            let Ok(LineOutcome::Messages(parsed)) =
-                parse_line(Format::ClaudeCode, line.as_bytes(), &ctx)
-            else {
-                continue;
-            };
-            for m in parsed {
-                let text: Vec<&str> = m
-                    .message
-                    .parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        Part::Text { text } if !text.trim().is_empty() => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                if !text.is_empty() && texts.len() < MESSAGES {
-                    texts.push(text.join("\n"));
-                }
-            }
-        }
-    }
     if texts.len() < AT_LEAST {
         return Err(format!(
-            "{} has {} text messages, fewer than {AT_LEAST}",
-            dir.display(),
+            "the transcripts have {} text messages, fewer than {AT_LEAST}",
             texts.len()
         ));
     }
@@ -155,7 +110,7 @@ fn timed_pass(name: &str, model: &Embedder, inputs: &[&str], bytes: usize) {
 }
 
 fn embed(c: &mut Criterion) {
-    let (dir, texts) = match (model_dir(), real_texts()) {
+    let (dir, texts) = match (real_data::model_dir(), real_texts()) {
         (Ok(dir), Ok(texts)) => (dir, texts),
         (Err(why), _) | (_, Err(why)) => {
             eprintln!("SKIPPED embedding throughput: {why}");
@@ -166,13 +121,7 @@ fn embed(c: &mut Criterion) {
     let model = load(&dir, 0);
     let loaded = rss_mib();
     // What the model reads of each message: its first chunk (the rest would be other chunks).
-    let inputs: Vec<&str> = texts
-        .iter()
-        .map(|t| {
-            let chunks = model.chunks(t).expect("chunks");
-            chunks.first().map_or("", |c| &t[c.clone()])
-        })
-        .collect();
+    let inputs = real_data::first_chunks(&model, &texts);
     let bytes: usize = inputs.iter().map(|t| t.len()).sum();
     let whole: usize = texts.iter().map(String::len).sum();
     eprintln!(

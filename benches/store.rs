@@ -7,6 +7,8 @@
 
 #[path = "support/corpus.rs"]
 mod corpus;
+#[path = "support/real_data.rs"]
+mod real_data;
 #[path = "support/sqlite.rs"]
 mod sqlite;
 
@@ -272,51 +274,16 @@ fn ingest(c: &mut Criterion) {
     group.finish();
 }
 
-/// The four real Claude Code sessions of ../shared/data (their files are named by a 36-character
-/// session id), sorted; or the folder, if it cannot be read.
-fn claude_code_sessions() -> Result<Vec<PathBuf>, PathBuf> {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/transcripts/claude-code");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Err(dir);
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "jsonl")
-                && p.file_stem().is_some_and(|s| s.len() == 36)
-        })
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-/// The message texts of the four real Claude Code sessions (as import counts them), if present.
+/// The message texts of the four real Claude Code sessions (each part's searchable text, as
+/// import counts them), if present.
 fn real_message_texts() -> Option<Vec<String>> {
-    use lcm::core::formats::{Format, LineContext, LineOutcome, parse_line};
-    let files = claude_code_sessions().ok()?;
-    let mut texts = Vec::new();
-    for file in &files {
-        let raw = std::fs::read_to_string(file).ok()?;
-        for (n, line) in raw.lines().enumerate() {
-            let ctx = LineContext {
-                line: n as u64 + 1,
-                default_session_key: "bench",
-            };
-            if let Ok(LineOutcome::Messages(parsed)) =
-                parse_line(Format::ClaudeCode, line.as_bytes(), &ctx)
-            {
-                for m in parsed {
-                    texts.extend(
-                        m.message
-                            .parts
-                            .iter()
-                            .filter_map(|p| p.searchable_text().map(|t| t.into_owned())),
-                    );
-                }
-            }
-        }
-    }
+    let files = real_data::transcript_files(false).ok()?;
+    let texts: Vec<String> = real_data::transcript_messages(&files)
+        .ok()?
+        .iter()
+        .flat_map(|m| &m.parts)
+        .filter_map(|p| p.searchable_text().map(|t| t.into_owned()))
+        .collect();
     (!texts.is_empty()).then_some(texts)
 }
 
@@ -384,10 +351,10 @@ fn tokens(c: &mut Criterion) {
 }
 
 fn import(c: &mut Criterion) {
-    let files = match claude_code_sessions() {
+    let files = match real_data::transcript_files(false) {
         Ok(files) => files,
-        Err(dir) => {
-            eprintln!("SKIPPED import benchmark: {} is absent", dir.display());
+        Err(why) => {
+            eprintln!("SKIPPED import benchmark: {why}");
             return;
         }
     };

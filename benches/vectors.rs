@@ -16,13 +16,22 @@
 //! (all-MiniLM-L6-v2, `../shared/tools/embed-model/setup.sh`), searches and renders a page of
 //! 10 hits. Without the model this part says so and measures nothing.
 //!
+//! **Real embeddings** (`real`): what the lists keep on vectors of real text rather than
+//! clusters: about 26,000 texts of `../shared/data` (transcript lines, TREC questions, LoCoMo
+//! turns) embedded by the model (kept in `LCM_BENCH_DIR` between runs), lists trained on all of
+//! them, and the LoCoMo and TREC test questions as queries; recall@10 of the exact f32 top ten
+//! by how many lists the first pass reads. Without the model or the data it says so.
+//!
 //! Sizes: `LCM_BENCH_VECTORS` (comma-separated, default `100000,1000000`); `LCM_BENCH_QUICK=1`
-//! uses 100,000 only. `LCM_BENCH_GROUPS=vectors` or `=meaning` runs one part. Figures and how to read them: docs/PERFORMANCE.md, "Hybrid recall".
+//! uses 100,000 only. `LCM_BENCH_GROUPS=vectors`, `=real` or `=meaning` runs one part.
+//! Figures and how to read them: docs/PERFORMANCE.md, "Search by meaning at scale".
 
 #[path = "support/corpus.rs"]
 mod corpus;
 #[path = "support/groups.rs"]
 mod groups;
+#[path = "support/real_data.rs"]
+mod real_data;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -34,7 +43,9 @@ use lcm::SessionId;
 use lcm::core::config::Config;
 use lcm::core::message::search_text;
 use lcm::search::semantic::VECTORS_DIR;
-use lcm::search::vectors::{OVERSAMPLE, Opened, VectorEntry, VectorFilter, VectorIndex};
+use lcm::search::vectors::{
+    OVERSAMPLE, Opened, VectorEntry, VectorFilter, VectorIndex, oversample_for,
+};
 use lcm::search::{DataDir, GrepMode, GrepRequest, Scope, grep};
 
 const DIM: usize = 384;
@@ -180,6 +191,42 @@ fn percentiles(mut times: Vec<Duration>) -> (f64, f64) {
     (at(0.50), at(0.99))
 }
 
+/// The share of each query's `want` that a search of `k` with `oversample` first-pass
+/// candidates a hit returns, and the search's p50 and p99 in ms.
+fn kept(
+    index: &VectorIndex,
+    queries: &[Vec<f32>],
+    want: &[Vec<u64>],
+    k: usize,
+    oversample: usize,
+) -> (f64, f64, f64) {
+    let all = VectorFilter::default();
+    let mut found = 0;
+    let mut times = Vec::with_capacity(queries.len());
+    for (q, want) in queries.iter().zip(want) {
+        let t = Instant::now();
+        let hits = index.search_with(q, k, &all, oversample);
+        times.push(t.elapsed());
+        found += hits.iter().filter(|h| want.contains(&h.message)).count();
+    }
+    let wanted: usize = want.iter().map(Vec::len).sum();
+    let (p50, p99) = percentiles(times);
+    (found as f64 / wanted as f64, p50, p99)
+}
+
+/// Each query's exact int8 best `k` (every entry rescored).
+fn exact_int8(index: &VectorIndex, queries: &[Vec<f32>], k: usize) -> Vec<Vec<u64>> {
+    let all = VectorFilter::default();
+    let hits = |q: &Vec<f32>| {
+        index
+            .search_exact(q, k, &all)
+            .iter()
+            .map(|h| h.message)
+            .collect()
+    };
+    queries.iter().map(hits).collect()
+}
+
 fn per_million(bytes: u64, n: usize) -> f64 {
     bytes as f64 / n as f64 * 1e6 / 1e6
 }
@@ -255,18 +302,7 @@ fn build_index(n: usize) -> IndexFixture {
     );
     drop(flat);
     let all = VectorFilter::default();
-    let measure = |oversample: usize| {
-        let mut found = 0;
-        let mut times = Vec::with_capacity(QUERIES);
-        for (q, want) in queries.iter().zip(&truths) {
-            let t = Instant::now();
-            let hits = index.search_with(q, K, &all, oversample);
-            times.push(t.elapsed());
-            found += hits.iter().filter(|h| want.contains(&h.message)).count();
-        }
-        let (p50, p99) = percentiles(times);
-        (found as f64 / (QUERIES * K) as f64, p50, p99)
-    };
+    let measure = |oversample: usize| kept(&index, &queries, &truths, K, oversample);
     // A first pass pages in what the searches read.
     let _ = measure(OVERSAMPLE);
     for oversample in OVERSAMPLES {
@@ -296,27 +332,12 @@ fn build_index(n: usize) -> IndexFixture {
     let (p50, p99) = pool_of_100(&index);
     eprintln!("vectors {n}: two passes, the best 100: p50 {p50:.2} ms, p99 {p99:.2} ms");
     // How much of the exact int8 top 100 the two passes keep, by oversample.
-    let exact_100: Vec<Vec<u64>> = queries
-        .iter()
-        .map(|q| {
-            let hits = index.search_exact(q, 100, &all);
-            hits.iter().map(|h| h.message).collect()
-        })
-        .collect();
+    let exact_100 = exact_int8(&index, &queries, 100);
     for oversample in [16, 32, 64, OVERSAMPLE] {
-        let mut found = 0;
-        let mut times = Vec::with_capacity(QUERIES);
-        for (q, want) in queries.iter().zip(&exact_100) {
-            let t = Instant::now();
-            let hits = index.search_with(q, 100, &all, oversample);
-            times.push(t.elapsed());
-            found += hits.iter().filter(|h| want.contains(&h.message)).count();
-        }
-        let (p50, p99) = percentiles(times);
+        let (share, p50, p99) = kept(&index, &queries, &exact_100, 100, oversample);
         eprintln!(
-            "vectors {n}: the best 100, oversample {oversample:>3}: {:.3} of the exact int8 top \
-             100, p50 {p50:.2} ms, p99 {p99:.2} ms",
-            found as f64 / (QUERIES * 100) as f64
+            "vectors {n}: the best 100, oversample {oversample:>3}: {share:.3} of the exact int8 \
+             top 100, p50 {p50:.2} ms, p99 {p99:.2} ms"
         );
     }
     if index.has_lists() {
@@ -324,19 +345,10 @@ fn build_index(n: usize) -> IndexFixture {
             .expect("reopen")
             .0;
         flat_index.forget_lists();
-        let mut found = 0;
-        let mut times = Vec::with_capacity(QUERIES);
-        for (q, want) in queries.iter().zip(&truths) {
-            let t = Instant::now();
-            let hits = flat_index.search(q, K, &all);
-            times.push(t.elapsed());
-            found += hits.iter().filter(|h| want.contains(&h.message)).count();
-        }
-        let (p50, p99) = percentiles(times);
+        let (recall, p50, p99) = kept(&flat_index, &queries, &truths, K, oversample_for(K));
         eprintln!(
-            "vectors {n}: two passes without lists (every code read): recall@10 {:.3}, \
-             p50 {p50:.2} ms, p99 {p99:.2} ms",
-            found as f64 / (QUERIES * K) as f64
+            "vectors {n}: two passes without lists (every code read): recall@10 {recall:.3}, \
+             p50 {p50:.2} ms, p99 {p99:.2} ms"
         );
         let (p50, p99) = pool_of_100(&flat_index);
         eprintln!("vectors {n}: without lists, the best 100: p50 {p50:.2} ms, p99 {p99:.2} ms");
@@ -404,26 +416,161 @@ fn vector_index(c: &mut Criterion) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Grep by meaning, end to end
+// Real embeddings
 
-/// The model directory `setup.sh` prints, or why there is none.
-fn model_dir() -> Result<PathBuf, String> {
-    if let Some(dir) = std::env::var_os("LCM_EMBED_MODEL_DIR") {
-        return Ok(PathBuf::from(dir));
-    }
-    let setup =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/embed-model/setup.sh");
-    if !setup.exists() {
-        return Err(format!("{} is absent", setup.display()));
-    }
-    let out = std::process::Command::new(&setup)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", setup.display()))?;
-    if !out.status.success() {
-        return Err(format!("{} failed", setup.display()));
-    }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+/// Real texts and real queries for the lists: what the model makes of them, not clusters.
+struct RealSet {
+    model: PathBuf,
+    corpus: Vec<String>,
+    /// Named query sets.
+    queries: Vec<(&'static str, Vec<String>)>,
 }
+
+/// The corpus: the distinct lines of at least 24 bytes of the Claude Code transcripts (their
+/// sub-agents' too: prose, tool calls, tool output), the TREC training questions and the
+/// LoCoMo turns; the queries: the LoCoMo questions and the TREC test questions.
+fn real_set() -> Result<RealSet, String> {
+    let model = real_data::model_dir()?;
+    let messages = real_data::transcript_messages(&real_data::transcript_files(true)?)?;
+    let (turns, questions) = real_data::locomo()?;
+    let mut seen = std::collections::HashSet::new();
+    let corpus = real_data::transcript_lines(&messages, 24)
+        .into_iter()
+        .chain(real_data::trec_questions("TREC.train")?)
+        .chain(turns)
+        .filter(|t| seen.insert(t.clone()))
+        .collect();
+    let queries = vec![
+        ("LoCoMo questions", questions),
+        (
+            "TREC test questions",
+            real_data::trec_questions("TREC.test")?,
+        ),
+    ];
+    Ok(RealSet {
+        model,
+        corpus,
+        queries,
+    })
+}
+
+/// The embeddings of `texts` (each cut to its first chunk, as the index embeds a message),
+/// kept in `LCM_BENCH_DIR` between runs when it is set (embedding takes minutes).
+fn embedded(model: &lcm_embed::Embedder, texts: &[String]) -> Vec<Vec<f32>> {
+    use std::hash::{Hash, Hasher};
+    let mut key = std::collections::hash_map::DefaultHasher::new();
+    (model.model_id(), texts).hash(&mut key);
+    let cache = std::env::var_os("LCM_BENCH_DIR")
+        .map(|d| PathBuf::from(d).join(format!("real-embeddings-{:016x}.f32", key.finish())));
+    let dim = model.dimension();
+    if let Some(bytes) = cache.as_ref().and_then(|c| std::fs::read(c).ok())
+        && bytes.len() == texts.len() * dim * 4
+    {
+        let flat: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        return flat.chunks(dim).map(<[f32]>::to_vec).collect();
+    }
+    let t = Instant::now();
+    let inputs = real_data::first_chunks(model, texts);
+    let mut vectors = Vec::with_capacity(texts.len());
+    for batch in inputs.chunks(1024) {
+        vectors.extend(model.embed(batch).expect("embed"));
+    }
+    eprintln!(
+        "real: embedded {} texts in {:.0} s",
+        texts.len(),
+        t.elapsed().as_secs_f64()
+    );
+    if let Some(cache) = cache {
+        let bytes: Vec<u8> = vectors
+            .iter()
+            .flatten()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        std::fs::write(&cache, bytes).expect("write the embeddings cache");
+    }
+    vectors
+}
+
+/// Lists on real embeddings: how much of the exact top ten (f32, brute force) the two passes
+/// keep with lists and without, and how much of the exact int8 best hundred. The corpus is
+/// small beside a million, so the lists are trained on all of it (`set_lists_from`), and the
+/// index searches them as it would from 200,000 entries on (a quarter of the lists read).
+fn real_embeddings(_: &mut Criterion) {
+    if !wanted("real") {
+        return;
+    }
+    let set = match real_set() {
+        Ok(set) => set,
+        Err(why) => {
+            eprintln!("SKIPPED real embeddings: {why}");
+            return;
+        }
+    };
+    let options = lcm_embed::EmbedOptions::default();
+    let model = lcm_embed::Embedder::load(&set.model, options).expect("load the model");
+    assert_eq!(model.dimension(), DIM);
+    let corpus = embedded(&model, &set.corpus);
+    let n = corpus.len();
+    let tmp = bench_dir();
+    let dir = tmp.path().join("vectors");
+    let (mut index, _) = VectorIndex::open(&dir, DIM, model.model_id(), true).expect("open");
+    index.set_lists_from(n);
+    for (i, v) in corpus.iter().enumerate() {
+        index.push(entry(i), v.clone()).expect("push");
+    }
+    index.commit(n as u64).expect("commit");
+    assert!(index.has_lists(), "lists trained at {n} entries");
+    let mut every_code = VectorIndex::open(&dir, DIM, model.model_id(), false)
+        .expect("reopen")
+        .0;
+    every_code.forget_lists();
+    let flat: Vec<f32> = corpus.concat();
+    eprintln!(
+        "real: {n} texts ({} cores); lists of {:.0} entries on average",
+        std::thread::available_parallelism().map_or(1, |c| c.get()),
+        n as f64 / (n as f64).sqrt().round()
+    );
+    for (name, texts) in &set.queries {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let queries = model.embed(&refs).expect("embed the queries");
+        let truths: Vec<Vec<u64>> = queries.iter().map(|q| truth(&flat, q)).collect();
+        let exact_100 = exact_int8(&index, &queries, 100);
+        for (how, index) in [("lists", &index), ("every code", &every_code)] {
+            let (recall, p50, _) = kept(index, &queries, &truths, K, oversample_for(K));
+            let (share, _, _) = kept(index, &queries, &exact_100, 100, oversample_for(100));
+            eprintln!(
+                "real: {} {name}, two passes ({how}): recall@10 {recall:.3} (p50 {p50:.2} ms); \
+                 best 100: {share:.3} of the exact int8 best 100",
+                queries.len()
+            );
+        }
+        let count = index.list_count().unwrap_or(0);
+        for probes in [count / 16, count / 8, count / 2] {
+            let mut index = VectorIndex::open(&dir, DIM, model.model_id(), false)
+                .expect("reopen")
+                .0;
+            index.set_list_probes(Some(probes));
+            let (recall, p50, _) = kept(&index, &queries, &truths, K, oversample_for(K));
+            let (share, _, _) = kept(&index, &queries, &exact_100, 100, oversample_for(100));
+            eprintln!(
+                "real: {} {name}, two passes, {probes} of {count} lists read: recall@10 \
+                 {recall:.3} (p50 {p50:.2} ms); best 100: {share:.3} of the exact int8 best 100",
+                queries.len()
+            );
+        }
+        let (recall, p50, _) = kept(&index, &queries, &truths, K, usize::MAX);
+        eprintln!(
+            "real: {} {name}, exact int8: recall@10 {recall:.3} (p50 {p50:.2} ms)",
+            queries.len()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Grep by meaning, end to end
 
 struct GrepFixture {
     _tmp: tempfile::TempDir,
@@ -562,7 +709,7 @@ fn run(f: &GrepFixture, mode: GrepMode, query: &str, scope: Scope) -> usize {
 fn grep_fixtures() -> &'static Vec<(usize, GrepFixture)> {
     static FIXTURES: OnceLock<Vec<(usize, GrepFixture)>> = OnceLock::new();
     FIXTURES.get_or_init(|| {
-        let model = match model_dir() {
+        let model = match real_data::model_dir() {
             Ok(model) => model,
             Err(why) => {
                 eprintln!("SKIPPED grep by meaning: no embedding model ({why})");
@@ -670,5 +817,5 @@ fn grep_by_meaning(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, vector_index, grep_by_meaning);
+criterion_group!(benches, vector_index, real_embeddings, grep_by_meaning);
 criterion_main!(benches);

@@ -163,6 +163,8 @@ pub struct VectorIndex {
     lists: Option<Lists>,
     /// Entries from which lists are trained ([`LISTS_FROM`]; tests set fewer).
     lists_from: usize,
+    /// Lists a search reads, when a measurement sets it (else the lists' own choice).
+    list_probes: Option<usize>,
     pending: Vec<(VectorEntry, Vec<f32>)>,
     /// Whether the files may be written (see [`VectorIndex::open`]).
     writable: bool,
@@ -239,6 +241,7 @@ impl VectorIndex {
             int8: None,
             lists: None,
             lists_from: LISTS_FROM,
+            list_probes: None,
             pending: Vec::new(),
             writable,
         };
@@ -618,7 +621,8 @@ impl VectorIndex {
             if self.meta.len() <= exact_up_to {
                 (0..self.meta.len()).collect()
             } else if let Some(lists) = &self.lists {
-                lists.nearest(&q8, &sign_code(query), lists.probes(), wanted)
+                let probes = self.list_probes.unwrap_or_else(|| lists.probes());
+                lists.nearest(&q8, &sign_code(query), probes, wanted)
             } else {
                 self.nearest_codes(&sign_code(query), None, wanted)
             }
@@ -713,6 +717,17 @@ impl VectorIndex {
     /// below [`LISTS_FROM`]. For measurements comparing the two first passes.
     pub fn forget_lists(&mut self) {
         self.lists = None;
+    }
+
+    /// Reads `probes` lists a search (`None`: the lists' own choice) instead of a quarter
+    /// of them: for measurements of what the lists keep.
+    pub fn set_list_probes(&mut self, probes: Option<usize>) {
+        self.list_probes = probes;
+    }
+
+    /// How many lists the index has (`None` without lists).
+    pub fn list_count(&self) -> Option<usize> {
+        self.lists.as_ref().map(Lists::count)
     }
 
     /// Whether the index has lists (see [`crate::vector_lists`]): its unscoped searches read
