@@ -42,6 +42,7 @@ use groups::wanted;
 use lcm::SessionId;
 use lcm::core::config::Config;
 use lcm::core::message::search_text;
+use lcm::core::rng::SplitMix64;
 use lcm::search::semantic::VECTORS_DIR;
 use lcm::search::vectors::{
     OVERSAMPLE, Opened, VectorEntry, VectorFilter, VectorIndex, oversample_for,
@@ -78,26 +79,10 @@ fn bench_dir() -> tempfile::TempDir {
         .expect("temp dir")
 }
 
-/// A deterministic generator (splitmix64), gaussian samples by Box-Muller.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    fn gaussian(&mut self) -> f32 {
-        let (u, v) = (self.uniform(), self.uniform());
-        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-    }
+/// A gaussian sample (Box-Muller).
+fn gaussian(rng: &mut SplitMix64) -> f32 {
+    let (u, v) = (rng.uniform(), rng.uniform());
+    ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
 }
 
 fn unit(mut v: Vec<f32>) -> Vec<f32> {
@@ -113,25 +98,25 @@ struct Points {
 
 impl Points {
     fn new() -> Points {
-        let mut rng = Rng(25);
+        let mut rng = SplitMix64::new(25);
         Points {
             centres: (0..CENTRES)
-                .map(|_| unit((0..DIM).map(|_| rng.gaussian()).collect()))
+                .map(|_| unit((0..DIM).map(|_| gaussian(&mut rng)).collect()))
                 .collect(),
         }
     }
 
-    fn point(&self, rng: &mut Rng) -> Vec<f32> {
+    fn point(&self, rng: &mut SplitMix64) -> Vec<f32> {
         let noise = 1.0 / (DIM as f32).sqrt();
         let c = &self.centres[(rng.next_u64() % CENTRES as u64) as usize];
-        unit(c.iter().map(|x| x + noise * rng.gaussian()).collect())
+        unit(c.iter().map(|x| x + noise * gaussian(rng)).collect())
     }
 
     /// `n` points, flat (`n × DIM`), generated on both cores.
     fn flat(&self, n: usize, seed: u64) -> Vec<f32> {
         let half = n / 2;
         let part = |seed: u64, count: usize| {
-            let mut rng = Rng(seed);
+            let mut rng = SplitMix64::new(seed);
             let mut out = Vec::with_capacity(count * DIM);
             for _ in 0..count {
                 out.extend(self.point(&mut rng));
@@ -254,7 +239,7 @@ fn build_index(n: usize) -> IndexFixture {
     let points = Points::new();
     let t = Instant::now();
     let flat = points.flat(n, 1);
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     let queries: Vec<Vec<f32>> = (0..QUERIES).map(|_| points.point(&mut rng)).collect();
     eprintln!(
         "vectors {n}: generated in {:.1} s ({} cores)",
@@ -636,7 +621,7 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
     assert_eq!(opened, Opened::New);
     assert_eq!(embedder.dimension(), DIM);
     let points = Points::new();
-    let mut rng = Rng(11);
+    let mut rng = SplitMix64::new(11);
     let t = Instant::now();
     for (i, &(message, session, created_at, role, len)) in lengths.iter().enumerate() {
         let entry = VectorEntry {
@@ -670,7 +655,7 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
         "the synthetic vectors cover every message: no catch-up runs in the measurements"
     );
     // Questions of three to five corpus words.
-    let mut pick = corpus::SplitMix(5);
+    let mut pick = SplitMix64::new(5);
     let queries = (0..QUERIES)
         .map(|_| {
             let len = 3 + pick.below(3) as usize;

@@ -5,20 +5,7 @@
 use lcm::core::message::{NewMessage, Part, Role};
 use lcm::core::time::Timestamp;
 
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
+pub use lcm::core::rng::SplitMix64;
 
 const SYLLABLES: &[&str] = &[
     "ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po", "qua", "dri", "fen", "gol", "hux",
@@ -37,7 +24,7 @@ pub struct Words {
 
 impl Words {
     pub fn new(n: usize) -> Words {
-        let mut rng = SplitMix(99);
+        let mut rng = SplitMix64::new(99);
         let words = (0..n)
             .map(|_| {
                 let k = 2 + rng.below(3) as usize;
@@ -49,7 +36,7 @@ impl Words {
         Words { words }
     }
 
-    pub fn pick<'a>(&'a self, rng: &mut SplitMix) -> &'a str {
+    pub fn pick<'a>(&'a self, rng: &mut SplitMix64) -> &'a str {
         if rng.below(2) == 0 {
             return COMMON[rng.below(COMMON.len() as u64) as usize];
         }
@@ -59,7 +46,7 @@ impl Words {
         &self.words[rank.min(self.words.len() - 1)]
     }
 
-    fn sentence(&self, rng: &mut SplitMix, words: usize) -> String {
+    fn sentence(&self, rng: &mut SplitMix64, words: usize) -> String {
         let mut s = String::new();
         for i in 0..words {
             if i > 0 {
@@ -74,7 +61,7 @@ impl Words {
 
 /// Message `n` of the corpus (a pure function of `n`).
 pub fn message(words: &Words, n: u64) -> NewMessage {
-    let mut rng = SplitMix(n.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x1234);
+    let mut rng = SplitMix64::new(n.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x1234);
     let created_at = Timestamp(1_767_225_600_000 + n as i64 * 1_000);
     let kind = n % 4;
     let (role, parts) = match kind {

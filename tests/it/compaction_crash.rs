@@ -134,7 +134,7 @@ fn compaction_survives_sigkill_at_any_moment() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut rng = common::SplitMix(seed * 7919);
+        let mut rng = lcm::core::rng::SplitMix64::new(seed * 7919);
         std::thread::sleep(Duration::from_millis(300 + rng.below(1_200)));
         child.kill().unwrap(); // SIGKILL, wherever the child is
         child.wait().unwrap();

@@ -208,7 +208,7 @@ fn acknowledged_before_sigkill<T: Send + 'static>(
         }
     });
     // Wait for the child to be working, then kill it at a seeded random moment.
-    let mut rng = common::SplitMix(seed);
+    let mut rng = lcm::core::rng::SplitMix64::new(seed);
     let mut acked = vec![
         rx.recv_timeout(Duration::from_secs(60))
             .expect("the child never acknowledged anything"),

@@ -13,8 +13,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{SplitMix, test_name};
+use crate::common::test_name;
 use lcm::core::config::Config;
+use lcm::core::rng::SplitMix64;
 use lcm::engine::operators::MapRequest;
 use lcm::engine::runtime::{Runtime, RuntimeOptions};
 use lcm::llm::from_config::LlmClients;
@@ -131,7 +132,7 @@ fn map_jobs_survive_sigkill_exactly_once() {
             .map(|i| json!({"id": i, "word": format!("w{i}x")}).to_string())
             .collect();
         std::fs::write(dir.join("items.jsonl"), items.join("\n")).unwrap();
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix64::new(seed);
         let mut kills = 0;
         let mut mid_job_kills = 0;
         let mut finished = false;

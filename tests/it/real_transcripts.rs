@@ -84,7 +84,7 @@ fn real_sessions_round_trip_and_are_greppable() {
     let files = common::real_sessions(&data_root);
     assert_eq!(files.len(), 4, "expected the four real sessions");
     let (_tmp, data) = common::temp_data_dir();
-    let mut rng = common::SplitMix(7);
+    let mut rng = lcm::core::rng::SplitMix64::new(7);
 
     for file in &files {
         let raw = std::fs::read(file).unwrap();

@@ -2,7 +2,8 @@
 //!
 //! The vocabulary every other lcm crate speaks: typed ids ([`ids`]), timestamps ([`time`]), the
 //! session and message model ([`message`]), file records ([`files`]), token counting ([`tokens`]), configuration
-//! ([`config`]) and the parsers of transcript formats ([`formats`]).
+//! ([`config`]), the parsers of transcript formats ([`formats`]) and a deterministic random
+//! source ([`rng`]).
 //!
 //! Architecture invariant: this crate does no I/O (no files, no network, no clock other than
 //! `Timestamp::now`). Everything here is a pure function of its inputs, which is what lets the
@@ -15,6 +16,7 @@ pub mod files;
 pub mod formats;
 pub mod ids;
 pub mod message;
+pub mod rng;
 pub mod summary;
 pub mod time;
 pub mod tokens;

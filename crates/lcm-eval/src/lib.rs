@@ -7,7 +7,7 @@
 //!   recall@1/5/10 and MRR, overall and per question category.
 //! - [`tasks`]: procedurally generated tasks with exact answers (`lcm eval run`): aggregation
 //!   over hidden TREC labels, needles after compaction; [`trec`] reads the TREC set and
-//!   [`rng`] is the generators' deterministic random source.
+//!   `lcm_core::rng` is the generators' deterministic random source.
 //! - The arms that answer them: [`scripted`] (no model: lcm's tools and a fixed policy),
 //!   [`baseline`] (the model alone, its input truncated to its window) and [`agent`] (the model
 //!   as an lcm agent), with what the model arms share in [`model`]; [`stored`] stores and
@@ -24,7 +24,6 @@ pub mod locomo;
 pub mod model;
 pub mod recall;
 pub mod report;
-pub mod rng;
 pub mod runner;
 pub mod scripted;
 pub mod stored;

@@ -914,15 +914,15 @@ fn cpu() -> &'static Cpu {
 mod tests {
     use super::*;
 
-    /// A deterministic pseudo-random generator (splitmix64).
-    struct Rng(u64);
+    /// Random test vectors from the deterministic generator.
+    struct Rng(lcm_core::rng::SplitMix64);
     impl Rng {
+        fn new(seed: u64) -> Rng {
+            Rng(lcm_core::rng::SplitMix64::new(seed))
+        }
+        /// A number in [-1, 1), from the top 24 bits.
         fn next(&mut self) -> f32 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            (self.0.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
         }
         fn unit(&mut self, dim: usize) -> Vec<f32> {
             let v: Vec<f32> = (0..dim).map(|_| self.next()).collect();
@@ -961,7 +961,7 @@ mod tests {
     #[test]
     fn exact_search_finds_the_true_nearest_within_quantisation_error() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         let (index, vectors) = filled(tmp.path(), 500, &mut rng);
         for _ in 0..20 {
             let q = rng.unit(128);
@@ -986,7 +986,7 @@ mod tests {
     #[test]
     fn filters_apply_before_ranking() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut rng = Rng(3);
+        let mut rng = Rng::new(3);
         let (index, vectors) = filled(tmp.path(), 300, &mut rng);
         // The query is message 4's own vector (session 1): filtered to session 2, it must not
         // come back, and every hit is of session 2.
@@ -1027,7 +1027,7 @@ mod tests {
     fn chunks_of_one_message_count_once_with_the_best() {
         let tmp = tempfile::tempdir().unwrap();
         let (mut index, _) = VectorIndex::open(tmp.path(), 64, "m", true).unwrap();
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         let q = rng.unit(64);
         let far = rng.unit(64);
         for (i, v) in [far.clone(), q.clone(), far.clone()]
@@ -1049,7 +1049,7 @@ mod tests {
     #[test]
     fn the_first_pass_keeps_the_exact_answer_on_a_large_index() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         let (mut index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
         let vectors = clustered(EXACT_BELOW + 5_000, 200, 0.4, &mut rng);
         for (m, v) in vectors.iter().enumerate() {
@@ -1134,7 +1134,7 @@ mod tests {
     #[test]
     fn lists_keep_the_exact_answer_and_are_repaired_from_the_vectors() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         let vectors = clustered(EXACT_BELOW + 4_000, 100, 0.5, &mut rng);
         let (mut index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
         index.set_lists_from(EXACT_BELOW);
@@ -1211,7 +1211,7 @@ mod tests {
     #[test]
     fn a_crash_keeps_exactly_the_committed_entries() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut rng = Rng(1);
+        let mut rng = Rng::new(1);
         let (mut index, vectors) = filled(tmp.path(), 50, &mut rng);
         let before = index.search(&vectors[3], 5, &VectorFilter::default());
         // Entries pushed but never committed, then garbage past the end of every file, as a
@@ -1257,7 +1257,7 @@ mod tests {
     #[test]
     fn another_model_or_a_broken_manifest_means_a_rebuild() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut rng = Rng(2);
+        let mut rng = Rng::new(2);
         drop(filled(tmp.path(), 20, &mut rng));
         let (index, opened) = VectorIndex::open(tmp.path(), 128, "other-model", true).unwrap();
         assert!(matches!(&opened, Opened::Rebuilt(why) if why.contains("test-model")));

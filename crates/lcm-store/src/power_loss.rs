@@ -108,19 +108,6 @@ fn to_usize(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
 
-/// A tiny deterministic generator: the same seed gives the same survivor.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn coin(&mut self) -> bool {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) & 1 == 1
-    }
-}
-
 impl State {
     /// Counts an operation that changes the disk, or fails it if the power is (now) gone.
     fn operation(&mut self) -> io::Result<()> {
@@ -203,7 +190,7 @@ impl PowerLossDisk {
         if survivor == Survivor::Synced {
             return image;
         }
-        let mut rng = SplitMix(seed);
+        let mut rng = lcm_core::rng::SplitMix64::new(seed);
         for op in &state.pending {
             match op {
                 Pending::SetLen(_) => {

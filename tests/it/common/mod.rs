@@ -106,23 +106,6 @@ pub fn send_sigint(pid: u32) {
     assert!(sent.success(), "kill -INT {pid}");
 }
 
-/// A tiny deterministic generator (tests must not depend on a random crate's stream).
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
-
 /// The all-MiniLM-L6-v2 directory from `../shared/tools/embed-model/setup.sh`, or `None` (with a
 /// message) when the model cannot be put on disk.
 pub fn embed_model_dir() -> Option<PathBuf> {

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use lcm::core::config::Config;
 use lcm::core::message::{NewMessage, Role};
+use lcm::core::rng::SplitMix64;
 use lcm::core::tokens::{Encoding, TokenCounter};
 use lcm::engine::operators::MapRequest;
 use lcm::engine::runtime::{Runtime, RuntimeEvent, RuntimeOptions};
@@ -128,26 +129,6 @@ impl Kind {
     }
 }
 
-/// A tiny deterministic generator (the same seed gives the same campaign plan).
-#[derive(Debug, Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next number.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number below `n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
-
 /// One trial of the plan.
 #[derive(Debug, Clone, Copy)]
 pub struct Trial {
@@ -159,7 +140,7 @@ pub struct Trial {
 /// `trials` trials, workloads and kinds in turn (half SIGKILL, a quarter of each power-loss
 /// mode), each with its own seed.
 pub fn plan(trials: usize, seed: u64) -> Vec<Trial> {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let kinds = [
         Kind::Sigkill,
         Kind::PowerLossSynced,
@@ -629,7 +610,7 @@ pub async fn run_trial(
     if let Err(e) = prepare_inputs(&root, real) {
         violations.push(format!("preparing the inputs failed: {e}"));
     }
-    let mut rng = Rng(trial.seed);
+    let mut rng = SplitMix64::new(trial.seed);
     let (acked, crashed_after) = match trial.kind {
         Kind::Sigkill => sigkill(trial, &root, server, &mut rng, child, &mut violations).await,
         Kind::PowerLossSynced | Kind::PowerLossReordered => {
@@ -660,7 +641,7 @@ pub async fn run_trial(
 }
 
 /// The moment of the crash: 50 to 1,250 ms into the workload, later for the slow starters.
-fn crash_delay(workload: Workload, rng: &mut Rng) -> Duration {
+fn crash_delay(workload: Workload, rng: &mut SplitMix64) -> Duration {
     let base = match workload {
         Workload::Map | Workload::Mixed | Workload::Delegation => 150,
         _ => 50,
@@ -672,7 +653,7 @@ async fn sigkill(
     trial: Trial,
     root: &Path,
     server: &ScriptedServer,
-    rng: &mut Rng,
+    rng: &mut SplitMix64,
     child: &(dyn Fn() -> Command + Sync),
     violations: &mut Vec<String>,
 ) -> (Vec<Ack>, Duration) {
@@ -742,7 +723,7 @@ async fn power_loss(
     trial: Trial,
     root: &Path,
     server: &ScriptedServer,
-    rng: &mut Rng,
+    rng: &mut SplitMix64,
     violations: &mut Vec<String>,
 ) -> (Vec<Ack>, Duration) {
     let disk = PowerLossDisk::new();

@@ -11,6 +11,7 @@ use std::time::Instant;
 use lcm_core::config::{CompactionConfig, Config};
 use lcm_core::ids::{MessageId, SummaryId};
 use lcm_core::message::Part;
+use lcm_core::rng::SplitMix64;
 use lcm_core::summary::NodeRef;
 use lcm_core::tokens::TokenCounter;
 use lcm_engine::compact;
@@ -29,23 +30,6 @@ const SAMPLES_PER_SESSION: usize = 200;
 /// a summary, several levels deep (condensed fanout 2).
 const BUDGET: u64 = 8_000;
 
-/// A tiny deterministic generator.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-}
-
 /// `regex::escape`: a backslash before each regex meta character.
 fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 2);
@@ -59,14 +43,14 @@ fn escape(text: &str) -> String {
 }
 
 /// A window of 20-40 characters of `text` with enough letters and digits to be distinctive.
-fn sample_window(rng: &mut SplitMix, text: &str) -> Option<String> {
+fn sample_window(rng: &mut SplitMix64, text: &str) -> Option<String> {
     let chars: Vec<char> = text.chars().collect();
     if chars.len() < 40 {
         return None;
     }
     for _ in 0..8 {
-        let len = 20 + rng.below(21);
-        let start = rng.below(chars.len() - len);
+        let len = 20 + rng.index(21);
+        let start = rng.index(chars.len() - len);
         let window: String = chars[start..start + len].iter().collect();
         if window.chars().filter(|c| c.is_alphanumeric()).count() >= 14 {
             return Some(window);
@@ -82,12 +66,12 @@ fn samples(
     seed: u64,
 ) -> Vec<(MessageId, String)> {
     let messages = store.session_messages(session, 0..u64::MAX).unwrap();
-    let mut rng = SplitMix(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut out = Vec::new();
     let mut tries = 0;
     while out.len() < SAMPLES_PER_SESSION && tries < 100_000 {
         tries += 1;
-        let m = &messages[rng.below(messages.len())];
+        let m = &messages[rng.index(messages.len())];
         let texts: Vec<&str> = m
             .parts
             .iter()
@@ -100,7 +84,7 @@ fn samples(
         if texts.is_empty() {
             continue;
         }
-        let text = texts[rng.below(texts.len())];
+        let text = texts[rng.index(texts.len())];
         if let Some(window) = sample_window(&mut rng, text) {
             out.push((m.id, window));
         }

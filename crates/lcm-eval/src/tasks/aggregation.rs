@@ -7,8 +7,8 @@ use chrono::{Days, NaiveDate};
 use lcm_core::tokens::TokenCounter;
 
 use super::{Answer, Family, Question, Speaker, Task, Turn, turn_tokens};
-use crate::rng::SplitMix64;
 use crate::trec::{Item, LABEL_NAMES};
+use lcm_core::rng::SplitMix64;
 
 /// Records per turn of the generated session.
 const RECORDS_PER_TURN: usize = 10;

@@ -6,8 +6,8 @@
 use lcm_core::tokens::TokenCounter;
 
 use super::{Answer, Family, Question, Speaker, Task, Turn, turn_tokens};
-use crate::rng::SplitMix64;
 use crate::trec::{Item, LABEL_NAMES};
+use lcm_core::rng::SplitMix64;
 
 const PROJECTS: [&str; 12] = [
     "Kestrel", "Heron", "Osprey", "Plover", "Merlin", "Avocet", "Bittern", "Curlew", "Dunlin",

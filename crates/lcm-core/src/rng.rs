@@ -1,5 +1,6 @@
-//! A small deterministic generator (SplitMix64) for the task generators: the same seed gives
-//! the same task on every machine and in every version of lcm, which general-purpose
+//! A small deterministic generator (SplitMix64): the one random source of lcm's task
+//! generators (lcm-eval), fault injection, test data and benchmark corpora. The same seed gives
+//! the same numbers on every machine and in every version of lcm, which general-purpose
 //! generators do not promise across their releases.
 
 /// SplitMix64 (Steele, Lea and Flood), seeded with any `u64`.
@@ -40,6 +41,16 @@ impl SplitMix64 {
         self.below(len as u64) as usize
     }
 
+    /// True or false, evenly.
+    pub fn coin(&mut self) -> bool {
+        self.next_u64() & 1 == 1
+    }
+
+    /// A number in `(0, 1]` (never 0: a logarithm of it is finite), from the top 53 bits.
+    pub fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
     /// Shuffles `items` in place (Fisher-Yates).
     pub fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
@@ -70,5 +81,16 @@ mod tests {
         let seen: std::collections::BTreeSet<u64> = (0..1000).map(|_| r.below(5)).collect();
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
         assert_eq!(r.below(0), 0);
+    }
+
+    #[test]
+    fn uniform_is_in_the_half_open_unit_interval() {
+        let mut r = SplitMix64::new(3);
+        let xs: Vec<f64> = (0..10_000).map(|_| r.uniform()).collect();
+        assert!(xs.iter().all(|&x| x > 0.0 && x <= 1.0));
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        assert!((mean - 0.5).abs() < 0.02, "{mean}");
+        let heads = (0..10_000).filter(|_| r.coin()).count();
+        assert!((4_700..5_300).contains(&heads), "{heads}");
     }
 }
