@@ -14,9 +14,10 @@
 //! - `manifest.json`: format, dimension, model id, how many entries are committed and the
 //!   watermark (every message below it is embedded, none above it).
 //!
-//! Metadata and sign codes live in memory (88 bytes an entry at 384 dimensions); the int8
-//! vectors are read through a memory map, so resident memory stays small and the page cache
-//! holds what searches touch.
+//! Metadata lives in memory (44 bytes an entry); the sign codes and the int8 vectors are read
+//! through memory maps, so resident memory stays small and the page cache holds what searches
+//! touch. The codes are compared as the file stores them (little-endian words): the query's
+//! code is put in the same order, and a popcount of their XOR does not depend on it.
 //!
 //! **Watermark.** [`VectorIndex::commit`] appends the pending entries to the three files,
 //! syncs them, then replaces the manifest (write, sync, rename, sync the directory). At open
@@ -156,7 +157,8 @@ pub struct VectorIndex {
     watermark: u64,
     meta: Vec<VectorEntry>,
     scales: Vec<f32>,
-    codes: Vec<u64>,
+    /// The committed sign codes, `codes.bin` mapped (`None` while there are none).
+    codes: Option<Mmap>,
     /// The committed int8 vectors (`None` while there are none).
     int8: Option<Mmap>,
     /// The lists of an index of [`LISTS_FROM`] entries or more (see [`crate::vector_lists`]).
@@ -200,6 +202,15 @@ pub(crate) fn set_file_len(path: &Path, len: u64) -> Result<()> {
     Ok(())
 }
 
+/// Maps one of the index's append-only files.
+fn map_file(path: &Path) -> Result<Mmap> {
+    let file = File::open(path).map_err(io(path))?;
+    // SAFETY: lcm alone writes these files, only by appending past what is mapped (and by
+    // truncating them at open, before mapping); a process that changed them under us would
+    // corrupt only this derived index, which `lcm reindex` rebuilds.
+    unsafe { Mmap::map(&file) }.map_err(io(path))
+}
+
 /// Replaces `dir/name` with `bytes` atomically: a synced temporary file renamed over it, then
 /// the directory synced.
 pub(crate) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
@@ -237,7 +248,7 @@ impl VectorIndex {
             watermark: 0,
             meta: Vec::new(),
             scales: Vec::new(),
-            codes: Vec::new(),
+            codes: None,
             int8: None,
             lists: None,
             lists_from: LISTS_FROM,
@@ -325,15 +336,6 @@ impl VectorIndex {
             });
             self.scales.push(f32::from_bits(u32_at(36)));
         }
-        let codes = std::fs::read(self.dir.join(CODES)).map_err(|e| e.to_string())?;
-        self.codes = codes[..n * code_len]
-            .chunks_exact(8)
-            .map(|c| {
-                let mut b = [0; 8];
-                b.copy_from_slice(c);
-                u64::from_le_bytes(b)
-            })
-            .collect();
         self.watermark = manifest.watermark;
         self.remap().map_err(|e| e.to_string())?;
         self.load_lists().map_err(|e| e.to_string())
@@ -350,7 +352,7 @@ impl VectorIndex {
                 n,
                 self.writable,
                 &vector,
-                &self.codes,
+                self.codes(),
             )? {
                 Some(lists) => Some(lists),
                 // Trained by a writable open only, which keeps them: a read-only process
@@ -361,7 +363,7 @@ impl VectorIndex {
                         entries = n,
                         "training the vector index's lists (once)"
                     );
-                    let lists = Lists::train(n, self.dimension, &vector, &self.codes);
+                    let lists = Lists::train(n, self.dimension, &vector, self.codes());
                     lists.save(&self.dir)?;
                     Some(lists)
                 }
@@ -383,13 +385,13 @@ impl VectorIndex {
         let n = self.meta.len();
         match self.lists.take() {
             Some(mut lists) => {
-                lists.assign_up_to(n, &self.vector_source(), &self.codes);
+                lists.assign_up_to(n, &self.vector_source(), self.codes());
                 let appended = lists.append(&self.dir, first_new);
                 self.lists = Some(lists);
                 appended
             }
             None if n >= self.lists_from => {
-                let lists = Lists::train(n, self.dimension, &self.vector_source(), &self.codes);
+                let lists = Lists::train(n, self.dimension, &self.vector_source(), self.codes());
                 lists.save(&self.dir)?;
                 self.lists = Some(lists);
                 Ok(())
@@ -416,19 +418,36 @@ impl VectorIndex {
         Ok(())
     }
 
+    /// Maps `codes.bin` and `int8.bin` again (after a commit appended to them).
     fn remap(&mut self) -> Result<()> {
-        let path = self.dir.join(INT8);
         if self.meta.is_empty() {
+            self.codes = None;
             self.int8 = None;
             return Ok(());
         }
-        let file = File::open(&path).map_err(io(&path))?;
-        // SAFETY: lcm alone writes this file, only by appending past what is mapped (and by
-        // truncating it at open, before mapping); a process that changed it under us would
-        // corrupt only this derived index, which `lcm reindex` rebuilds.
-        let map = unsafe { Mmap::map(&file) }.map_err(io(&path))?;
-        self.int8 = Some(map);
+        let codes = map_file(&self.dir.join(CODES))?;
+        if codes.as_ptr().align_offset(std::mem::align_of::<u64>()) != 0 {
+            // A map starts on a page boundary: this would be a platform without pages.
+            return Err(StoreError::io(
+                &self.dir.join(CODES),
+                std::io::Error::other("the map of the sign codes is not 8-byte aligned"),
+            ));
+        }
+        self.codes = Some(codes);
+        self.int8 = Some(map_file(&self.dir.join(INT8))?);
         Ok(())
+    }
+
+    /// The committed entries' sign codes, `dimension / 64` words an entry, as `codes.bin`
+    /// stores them (little-endian words; see the module doc).
+    fn codes(&self) -> &[u64] {
+        let Some(map) = &self.codes else { return &[] };
+        let bytes = &map[..self.meta.len() * self.dimension / 8];
+        // SAFETY: every bit pattern is a valid u64, and `remap` checked that the map (hence
+        // `bytes`, which starts where it does) is 8-byte aligned, so `head` and `tail` are empty.
+        let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
+        debug_assert!(head.is_empty() && tail.is_empty());
+        words
     }
 
     fn write_manifest(&self) -> Result<()> {
@@ -519,7 +538,6 @@ impl VectorIndex {
             int8_out.extend(q.iter().map(|&x| x as u8));
             self.meta.push(*entry);
             self.scales.push(scale);
-            self.codes.extend_from_slice(&code);
         }
         let written = (|| -> Result<()> {
             for (name, bytes) in [(META, &meta_out), (CODES, &codes_out), (INT8, &int8_out)] {
@@ -549,7 +567,6 @@ impl VectorIndex {
             // files are cut back at the next open).
             self.meta.truncate(first_new);
             self.scales.truncate(first_new);
-            self.codes.truncate(first_new * self.dimension / 64);
             if first_new < self.lists_from {
                 self.lists = None;
             } else if let Some(lists) = &mut self.lists {
@@ -566,7 +583,7 @@ impl VectorIndex {
         self.pending.clear();
         self.meta.clear();
         self.scales.clear();
-        self.codes.clear();
+        self.codes = None;
         self.int8 = None;
         self.lists = None;
         self.watermark = 0;
@@ -613,6 +630,8 @@ impl VectorIndex {
             return Vec::new();
         }
         let (q8, q_scale) = quantise(query);
+        // In the order the codes are stored (see the module doc).
+        let code: Vec<u64> = sign_code(query).into_iter().map(u64::to_le).collect();
         // A message has several chunks: keep enough candidates that k distinct messages
         // survive the grouping.
         let wanted = k.saturating_mul(oversample);
@@ -622,16 +641,16 @@ impl VectorIndex {
                 (0..self.meta.len()).collect()
             } else if let Some(lists) = &self.lists {
                 let probes = self.list_probes.unwrap_or_else(|| lists.probes());
-                lists.nearest(&q8, &sign_code(query), probes, wanted)
+                lists.nearest(&q8, &code, probes, wanted)
             } else {
-                self.nearest_codes(&sign_code(query), None, wanted)
+                self.nearest_codes(&code, None, wanted)
             }
         } else {
             let in_scope = self.in_scope(filter);
             if in_scope.len() <= exact_up_to {
                 in_scope
             } else {
-                self.nearest_codes(&sign_code(query), Some(&in_scope), wanted)
+                self.nearest_codes(&code, Some(&in_scope), wanted)
             }
         };
         // Rescoring reads the int8 vectors: spread over the cores when there are many.
@@ -664,6 +683,7 @@ impl VectorIndex {
     /// histogram reaches `wanted`, and the entries under it.
     fn nearest_codes(&self, code: &[u64], scope: Option<&[usize]>, wanted: usize) -> Vec<usize> {
         let words = self.dimension / 64;
+        let all_codes = self.codes();
         let len = scope.map_or(self.meta.len(), <[usize]>::len);
         let mut distances = vec![0u16; len];
         let histogram = distances
@@ -673,12 +693,12 @@ impl VectorIndex {
                 let first = block * DISTANCE_BLOCK;
                 match scope {
                     None => {
-                        let codes = &self.codes[first * words..(first + out.len()) * words];
+                        let codes = &all_codes[first * words..(first + out.len()) * words];
                         hamming(codes, words, code, out);
                     }
                     Some(scope) => {
                         for (d, &i) in out.iter_mut().zip(&scope[first..]) {
-                            let codes = &self.codes[i * words..(i + 1) * words];
+                            let codes = &all_codes[i * words..(i + 1) * words];
                             hamming(codes, words, code, std::slice::from_mut(d));
                         }
                     }
@@ -736,12 +756,12 @@ impl VectorIndex {
         self.lists.is_some()
     }
 
-    /// Bytes the committed entries hold in memory (metadata, scales and sign codes; the int8
-    /// vectors are mapped, so the page cache holds them, not this process).
+    /// Bytes the committed entries hold in memory (metadata, scales, and the lists' copy of
+    /// the sign codes; `codes.bin` and the int8 vectors are mapped, so the page cache holds
+    /// them, not this process).
     pub fn memory_bytes(&self) -> u64 {
         (self.meta.capacity() * std::mem::size_of::<VectorEntry>()
-            + self.scales.capacity() * std::mem::size_of::<f32>()
-            + self.codes.capacity() * std::mem::size_of::<u64>()) as u64
+            + self.scales.capacity() * std::mem::size_of::<f32>()) as u64
             + self.lists.as_ref().map_or(0, Lists::memory_bytes)
     }
 }
@@ -1073,6 +1093,32 @@ mod tests {
             assert_eq!(fast[0], exact[0], "the query's own vector comes first");
         }
         assert!(agree >= 190, "recall@10 of the first pass: {agree}/200");
+        // Reopened, the codes come from the file's map: the same first pass, the same hits.
+        let (reopened, _) = VectorIndex::open(tmp.path(), 128, "m", false).unwrap();
+        for t in 0..20 {
+            let q = &vectors[t * 997 + 1];
+            let all = VectorFilter::default();
+            assert_eq!(index.search(q, 10, &all), reopened.search(q, 10, &all));
+        }
+    }
+
+    #[test]
+    fn the_sign_codes_stay_in_the_file_not_in_memory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut rng = Rng::new(9);
+        let n = 3_000;
+        let (mut index, _) = VectorIndex::open(tmp.path(), 384, "m", true).unwrap();
+        for m in 0..n {
+            index.push(entry(m, 0), rng.unit(384)).unwrap();
+        }
+        index.commit(n).unwrap();
+        let (reopened, _) = VectorIndex::open(tmp.path(), 384, "m", false).unwrap();
+        // Metadata and scale: 44 bytes an entry, some of it spare capacity; the 48 bytes of
+        // sign code an entry are mapped.
+        let held = reopened.memory_bytes();
+        assert!(held < n * 80, "{held} bytes in memory for {n} entries");
+        assert_eq!(reopened.codes().len() as u64, n * 384 / 64);
+        assert_eq!(reopened.codes(), index.codes());
     }
 
     #[test]
