@@ -14,10 +14,11 @@
 //! - `manifest.json`: format, dimension, model id, how many entries are committed and the
 //!   watermark (every message below it is embedded, none above it).
 //!
-//! Metadata lives in memory (44 bytes an entry); the sign codes and the int8 vectors are read
-//! through memory maps, so resident memory stays small and the page cache holds what searches
-//! touch. The codes are compared as the file stores them (little-endian words): the query's
-//! code is put in the same order, and a popcount of their XOR does not depend on it.
+//! Metadata lives in memory (48 bytes an entry, with each session's list of its entries); the
+//! sign codes and the int8 vectors are read through memory maps, so resident memory stays
+//! small and the page cache holds what searches touch. The codes are compared as the file
+//! stores them (little-endian words): the query's code is put in the same order, and a
+//! popcount of their XOR does not depend on it.
 //!
 //! **Watermark.** [`VectorIndex::commit`] appends the pending entries to the three files,
 //! syncs them, then replaces the manifest (write, sync, rename, sync the directory). At open
@@ -25,7 +26,8 @@
 //! and the caller embeds it again from the watermark. An index of another format, dimension or
 //! model opens empty with [`Opened::Rebuilt`] saying why.
 //!
-//! **Search.** Only entries in scope compete (the filter is applied before ranking). The
+//! **Search.** Only entries in scope compete (the filter is applied before ranking; a scope
+//! with a session reads that session's entries, listed apart in memory, not every entry). The
 //! query's sign code is compared with every entry's by Hamming distance (`dimension / 64`
 //! popcounts an entry), the best `k ×` [`oversample_for`]`(k)` (1,280 up to ten hits, 16 a
 //! hit beyond a hundred) are rescored by the int8 dot product, and
@@ -38,7 +40,7 @@
 //! Beside the three files, an index with lists has `centroids.bin` and `lists.bin`, derived
 //! from `int8.bin` and repaired from it at open.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -156,6 +158,9 @@ pub struct VectorIndex {
     model_id: String,
     watermark: u64,
     meta: Vec<VectorEntry>,
+    /// Each session's entries, in order: a search scoped to a session reads these instead of
+    /// every entry's metadata.
+    sessions: HashMap<u64, Vec<u32>>,
     scales: Vec<f32>,
     /// The committed sign codes, `codes.bin` mapped (`None` while there are none).
     codes: Option<Mmap>,
@@ -247,6 +252,7 @@ impl VectorIndex {
             model_id: model_id.to_string(),
             watermark: 0,
             meta: Vec::new(),
+            sessions: HashMap::new(),
             scales: Vec::new(),
             codes: None,
             int8: None,
@@ -327,14 +333,14 @@ impl VectorIndex {
                 b.copy_from_slice(&record[at..at + 4]);
                 u32::from_le_bytes(b)
             };
-            self.meta.push(VectorEntry {
+            let entry = VectorEntry {
                 message: u64_at(0),
                 session: u64_at(8),
                 created_at: u64_at(16) as i64,
                 chunk: (u32_at(24), u32_at(28)),
                 role: record[32],
-            });
-            self.scales.push(f32::from_bits(u32_at(36)));
+            };
+            self.push_entry(entry, f32::from_bits(u32_at(36)));
         }
         self.watermark = manifest.watermark;
         self.remap().map_err(|e| e.to_string())?;
@@ -536,8 +542,7 @@ impl VectorIndex {
                 codes_out.extend_from_slice(&word.to_le_bytes());
             }
             int8_out.extend(q.iter().map(|&x| x as u8));
-            self.meta.push(*entry);
-            self.scales.push(scale);
+            self.push_entry(*entry, scale);
         }
         let written = (|| -> Result<()> {
             for (name, bytes) in [(META, &meta_out), (CODES, &codes_out), (INT8, &int8_out)] {
@@ -565,8 +570,7 @@ impl VectorIndex {
         if let Err(e) = result {
             // Nothing past the last manifest counts: forget the entries in memory too (the
             // files are cut back at the next open).
-            self.meta.truncate(first_new);
-            self.scales.truncate(first_new);
+            self.truncate_entries(first_new);
             if first_new < self.lists_from {
                 self.lists = None;
             } else if let Some(lists) = &mut self.lists {
@@ -581,14 +585,40 @@ impl VectorIndex {
     /// Drops every entry (a rebuild starts from here).
     pub fn clear(&mut self) -> Result<()> {
         self.pending.clear();
-        self.meta.clear();
-        self.scales.clear();
+        self.truncate_entries(0);
         self.codes = None;
         self.int8 = None;
         self.lists = None;
         self.watermark = 0;
         self.truncate_files(0)?;
         self.write_manifest()
+    }
+
+    /// Adds a committed entry to the metadata in memory.
+    fn push_entry(&mut self, entry: VectorEntry, scale: f32) {
+        let position = u32::try_from(self.meta.len()).unwrap_or(u32::MAX);
+        self.sessions
+            .entry(entry.session)
+            .or_default()
+            .push(position);
+        self.meta.push(entry);
+        self.scales.push(scale);
+    }
+
+    /// Forgets the entries from `n` on in memory.
+    fn truncate_entries(&mut self, n: usize) {
+        for entry in self.meta.get(n..).unwrap_or_default() {
+            if let Some(positions) = self.sessions.get_mut(&entry.session) {
+                while positions.last().is_some_and(|&i| i as usize >= n) {
+                    positions.pop();
+                }
+                if positions.is_empty() {
+                    self.sessions.remove(&entry.session);
+                }
+            }
+        }
+        self.meta.truncate(n);
+        self.scales.truncate(n);
     }
 
     fn int8_of(&self, i: usize) -> &[i8] {
@@ -670,6 +700,14 @@ impl VectorIndex {
 
     /// Every entry `filter` admits, in order.
     fn in_scope(&self, filter: &VectorFilter<'_>) -> Vec<usize> {
+        if let Some(session) = filter.session {
+            let positions = self.sessions.get(&session).map_or(&[][..], Vec::as_slice);
+            return positions
+                .iter()
+                .map(|&i| i as usize)
+                .filter(|&i| filter.admits(&self.meta[i]))
+                .collect();
+        }
         (0..self.meta.len())
             .into_par_iter()
             .with_min_len(DISTANCE_BLOCK)
@@ -760,8 +798,14 @@ impl VectorIndex {
     /// the sign codes; `codes.bin` and the int8 vectors are mapped, so the page cache holds
     /// them, not this process).
     pub fn memory_bytes(&self) -> u64 {
+        let sessions: usize = self
+            .sessions
+            .values()
+            .map(|p| p.capacity() * 4 + std::mem::size_of::<(u64, Vec<u32>)>())
+            .sum();
         (self.meta.capacity() * std::mem::size_of::<VectorEntry>()
-            + self.scales.capacity() * std::mem::size_of::<f32>()) as u64
+            + self.scales.capacity() * std::mem::size_of::<f32>()
+            + sessions) as u64
             + self.lists.as_ref().map_or(0, Lists::memory_bytes)
     }
 }
@@ -1100,6 +1144,48 @@ mod tests {
             let all = VectorFilter::default();
             assert_eq!(index.search(q, 10, &all), reopened.search(q, 10, &all));
         }
+    }
+
+    #[test]
+    fn a_scope_by_session_admits_exactly_what_a_scan_of_every_entry_admits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut rng = Rng::new(4);
+        let (mut index, _) = filled(tmp.path(), 300, &mut rng);
+        let scan = |index: &VectorIndex, filter: &VectorFilter<'_>| -> Vec<usize> {
+            (0..index.len())
+                .filter(|&i| filter.admits(&index.meta[i]))
+                .collect()
+        };
+        // Each filter's positions, checked against a scan of every entry.
+        let check = |index: &VectorIndex| -> Vec<usize> {
+            let mut per_session = Vec::new();
+            for session in 0..4 {
+                for (roles, since) in [(vec![], None), (vec![1], None), (vec![], Some(150_000))] {
+                    let whole = roles.is_empty() && since.is_none();
+                    let filter = VectorFilter {
+                        session: Some(session),
+                        roles,
+                        since,
+                        ..VectorFilter::default()
+                    };
+                    let listed = index.in_scope(&filter);
+                    assert_eq!(listed, scan(index, &filter), "session {session}");
+                    if whole {
+                        per_session.push(listed.len());
+                    }
+                }
+            }
+            per_session
+        };
+        assert_eq!(check(&index), [100, 100, 100, 0]);
+        let (reopened, _) = VectorIndex::open(tmp.path(), 128, "test-model", false).unwrap();
+        assert_eq!(check(&reopened), [100, 100, 100, 0]);
+        // Entries forgotten in memory (a failed commit) leave their sessions' lists too.
+        index.truncate_entries(100);
+        assert_eq!(check(&index), [34, 33, 33, 0]);
+        index.clear().unwrap();
+        assert!(index.sessions.is_empty());
+        assert_eq!(check(&index), [0, 0, 0, 0]);
     }
 
     #[test]
