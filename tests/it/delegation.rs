@@ -660,9 +660,16 @@ async fn a_sub_agents_requests_stay_within_its_context_window() {
 
 /// Regression (found by the crash campaign's power-loss trials): a sub-agent whose turns could
 /// not be stored (the disk failed under it) was reported done, its answer acknowledged with a
-/// session that holds none of the turns it rests on. Its Task now fails.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delegation_whose_turns_cannot_be_stored_fails() {
+/// session that holds none of the turns it rests on. Its Task now fails, and its child
+/// session gets the end marker once the disk takes writes again (on the full disk it cannot).
+/// A runtime on a store whose disk fills while a sub-agent thinks (it answers all the same),
+/// with the scripted model's server and the store's directory.
+async fn runtime_whose_disk_fills_under_a_sub_agent() -> (
+    Runtime,
+    lcm::store::disk_faults::DiskSwitch,
+    ScriptedServer,
+    tempfile::TempDir,
+) {
     use lcm::store::disk_faults::DiskSwitch;
     use lcm::store::{Store, StoreOptions};
 
@@ -690,6 +697,12 @@ async fn a_delegation_whose_turns_cannot_be_stored_fails() {
     )
     .await
     .unwrap();
+    (rt, disk, server, tmp)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegation_whose_turns_cannot_be_stored_fails() {
+    let (rt, disk, _server, _tmp) = runtime_whose_disk_fills_under_a_sub_agent().await;
     let main = rt.session("main").await.unwrap();
     let out = main
         .call_tool("Task", json!({"prompt": "answer at once"}))
@@ -697,6 +710,86 @@ async fn a_delegation_whose_turns_cannot_be_stored_fails() {
     assert!(disk.is_full(), "the model was asked");
     let error = out.expect_err("a delegation whose turns were not stored is not done");
     assert!(error.to_string().contains("could not"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("once the disk accepts writes again"),
+        "{error}"
+    );
+    // The marker could not be stored (the message says so); once the disk is free, it is.
+    let last_of_child = || {
+        let store = rt.store();
+        let child = store
+            .sessions()
+            .unwrap()
+            .into_iter()
+            .find(|s| s.parent == Some(main.id()))
+            .expect("the child session was created before the disk filled");
+        let messages = store.session_messages(child.id, 0..u64::MAX).unwrap();
+        let last = messages.last().expect("the task's prompt");
+        (last.role, last.search_text().into_owned())
+    };
     disk.free();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !last_of_child().1.starts_with(SUB_AGENT_END_MARKER) {
+        assert!(
+            Instant::now() < deadline,
+            "no end marker 20 s after the disk was freed: {:?}",
+            last_of_child()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let endings = child_endings(&rt, main.id());
+    assert_eq!(endings.len(), 1, "{endings:?}");
+    let marker = endings[0].clone().unwrap_err();
+    assert!(marker.contains("could not"), "{marker}");
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// An end marker still waiting for the disk when the runtime stops is given up (the session is
+/// left as a crash would leave it): its retries do not keep the store open after shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_marker_waiting_for_a_full_disk_does_not_outlive_the_runtime() {
+    let (rt, disk, _server, tmp) = runtime_whose_disk_fills_under_a_sub_agent().await;
+    let main = rt.session("main").await.unwrap();
+    let error = main
+        .call_tool("Task", json!({"prompt": "answer at once"}))
+        .await
+        .expect_err("a delegation whose turns were not stored is not done");
+    assert!(
+        error
+            .to_string()
+            .contains("once the disk accepts writes again"),
+        "{error}"
+    );
+    assert!(disk.is_full());
+    // Shutdown waits at most 5 s for every holder of the runtime's shared state to let go: a
+    // retry that kept its hold would make it take all of them.
+    let stopping = Instant::now();
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+    let took = stopping.elapsed();
+    assert!(took < Duration::from_secs(5), "shutdown waited {took:?}");
+    drop(main);
+    drop(rt);
+    disk.free();
+    let reopened = lcm::store::Store::open(
+        tmp.path().join("lcm.redb"),
+        lcm::store::StoreOptions::new(counter()),
+    )
+    .unwrap();
+    // The retry gave up with the runtime: the child session ends as a crash leaves it.
+    let child = reopened
+        .sessions()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.parent.is_some())
+        .expect("the child session");
+    let messages = reopened.session_messages(child.id, 0..u64::MAX).unwrap();
+    assert!(
+        !messages
+            .last()
+            .unwrap()
+            .search_text()
+            .starts_with(SUB_AGENT_END_MARKER)
+    );
 }

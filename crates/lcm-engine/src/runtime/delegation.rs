@@ -14,10 +14,11 @@
 //! supervisor, and its successor resumes every run it finds there: a result already received
 //! is delivered, a run whose session was being created gets it, and the others start a worker
 //! again in the same child session, up to `runtime.subagent_max_attempts` attempts in all.
-//! A run that cannot go on (attempts spent, its session unusable, the runtime stopping) fails
-//! cleanly: its child session gets a last system message starting with
+//! A run that cannot go on (attempts spent, its session unusable, its turns not all stored, the
+//! runtime stopping) fails cleanly: its child session gets a last system message starting with
 //! [`SUB_AGENT_END_MARKER`], then its caller gets the error. No child session is left
-//! without either the sub-agent's answer to its caller or that marker.
+//! without either the sub-agent's answer to its caller or that marker, except while a full
+//! disk refuses the marker: it is then retried until the disk takes it or the runtime stops.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,7 +69,7 @@ pub struct DelegationStats {
 /// The text a failed sub-agent's child session ends with: a system message
 /// `"{SUB_AGENT_END_MARKER} <reason>"` written when its run could not answer its caller
 /// (its workers crashed too often, the DelegationActor crashed and the run could not be resumed,
-/// the runtime stopped under it). A child session ends either with the turns of a sub-agent
+/// its turns could not all be stored, the runtime stopped under it). A child session ends either with the turns of a sub-agent
 /// that answered its caller or with this marker.
 pub const SUB_AGENT_END_MARKER: &str = "[lcm] sub-agent ended without an answer:";
 
@@ -205,7 +206,7 @@ impl Actor for DelegationActor {
                     .faults
                     .hit_async(FaultPoint::DelegationActorBeforeReply, session)
                     .await;
-                deliver(&state.shared, run);
+                settle(&state.shared, run).await;
             }
             DelegationMsg::Recover => recover(&myself, state).await,
             DelegationMsg::Stats(reply) => {
@@ -278,6 +279,25 @@ fn deliver(shared: &SharedRef, run: u64) {
     }
 }
 
+/// Answers `run`'s caller with its worker's result: an answer as it is; a failure (the
+/// sub-agent's turns could not all be stored) through [`fail_run`], so that its child session
+/// ends with the end marker rather than with whatever turns were stored.
+async fn settle(shared: &SharedRef, run: u64) {
+    let failure = shared
+        .delegations
+        .lock()
+        .get(&run)
+        .and_then(|r| match &r.result {
+            Some(Err(ToolError::Failed { message, .. })) => Some(message.clone()),
+            Some(Err(other)) => Some(other.to_string()),
+            _ => None,
+        });
+    match failure {
+        Some(reason) => fail_run(shared, run, &reason).await,
+        None => deliver(shared, run),
+    }
+}
+
 /// Fails `run` cleanly: its child session (if it was created) gets the end marker, then its
 /// caller gets an error naming the session and `reason`.
 async fn fail_run(shared: &SharedRef, run: u64, reason: &str) {
@@ -288,6 +308,19 @@ async fn fail_run(shared: &SharedRef, run: u64, reason: &str) {
     let message = match r.session {
         Some(session) => match mark_ended(shared, session, &r.turns, reason).await {
             Ok(()) => format!("{reason}; its session {session} is marked as ended"),
+            Err(RuntimeError::Store(e)) if e.is_storage_failure() => {
+                // A full or failing disk: the marker is stored once the disk takes writes again.
+                tokio::spawn(mark_when_possible(
+                    shared.clone(),
+                    session,
+                    Arc::clone(&r.turns),
+                    reason.to_string(),
+                ));
+                format!(
+                    "{reason}; its session {session} could not be marked as ended yet ({e}): \
+                     the marker is stored once the disk accepts writes again"
+                )
+            }
             Err(e) => format!("{reason}; its session {session} could not be marked: {e}"),
         },
         None => reason.to_string(),
@@ -310,21 +343,54 @@ async fn mark_ended(
     session: SessionId,
     turns: &Arc<tokio::sync::Mutex<()>>,
     reason: &str,
-) -> Result<(), String> {
+) -> Result<(), RuntimeError> {
     let _stored = tokio::time::timeout(TURNS_DRAIN, Arc::clone(turns).lock_owned()).await;
     let message = NewMessage::text(Role::System, format!("{SUB_AGENT_END_MARKER} {reason}"));
     let s = shared.clone();
     let prepared = join_blocking(
         tokio::task::spawn_blocking(move || s.store.prepare_append(vec![(session, message)])).await,
-    )
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())?;
-    shared
-        .writer
-        .commit(prepared)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    )??;
+    shared.writer.commit(prepared).await.map(|_| ())
+}
+
+/// The first wait before an end marker the store refused is tried again; each failure
+/// doubles it, up to [`MARKER_RETRY_LONGEST`].
+const MARKER_RETRY_FIRST: Duration = Duration::from_millis(200);
+const MARKER_RETRY_LONGEST: Duration = Duration::from_secs(10);
+
+/// Stores an end marker the store refused (a full or failing disk) once it accepts writes
+/// again: tried after growing waits until it is stored or the runtime starts closing (then
+/// the session is left as a crash would leave it).
+async fn mark_when_possible(
+    shared: SharedRef,
+    session: SessionId,
+    turns: Arc<tokio::sync::Mutex<()>>,
+    reason: String,
+) {
+    let mut wait = MARKER_RETRY_FIRST;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shared.closing() => {
+                tracing::warn!(%session, "the runtime closed before a sub-agent's end marker could be stored");
+                return;
+            }
+        }
+        match mark_ended(&shared, session, &turns, &reason).await {
+            Ok(()) => {
+                tracing::info!(%session, "a sub-agent's end marker stored once the disk took writes again");
+                return;
+            }
+            Err(RuntimeError::Store(e)) if e.is_storage_failure() => {
+                tracing::debug!(%session, error = %e, "the end marker still cannot be stored");
+                wait = (wait * 2).min(MARKER_RETRY_LONGEST);
+            }
+            Err(e) => {
+                tracing::warn!(%session, error = %e, "a sub-agent's end marker cannot be stored");
+                return;
+            }
+        }
+    }
 }
 
 /// Resumes the runs a crashed predecessor left in the ledger (see the module docs).
@@ -347,7 +413,7 @@ async fn recover(myself: &ActorRef<DelegationMsg>, state: &mut DelegationState) 
             continue;
         };
         if answered {
-            deliver(&shared, run);
+            settle(&shared, run).await;
             continue;
         }
         if session.is_none() {

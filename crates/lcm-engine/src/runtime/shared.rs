@@ -126,6 +126,13 @@ impl Shared {
     pub(crate) fn set_closing(&self) {
         self.closing.send_replace(true);
     }
+
+    /// Completes once the runtime starts closing (at once if it has).
+    pub(crate) async fn closing(&self) {
+        let mut closing = self.closing.subscribe();
+        // The sender lives as long as `self`: `wait_for` fails only if it is dropped.
+        let _ = closing.wait_for(|&c| c).await;
+    }
 }
 
 /// The shared state as the runtime's actors, workers and tasks hold it: an `Arc` with a lease.
