@@ -93,6 +93,23 @@ fn register_tokenizers(index: &Index) {
         .register(WORDS_TOKENIZER, crate::word_tokens::words_analyzer());
 }
 
+/// Whether every part of every segment a search reads opens: the reader opens a segment's
+/// files whole but each field's terms, postings, positions, norms and fast-field columns only
+/// when a search first needs them, so a torn file of the newest commit (a power loss) would
+/// otherwise be found by a search, not by the open that rebuilds the index.
+fn segments_readable(reader: &IndexReader) -> bool {
+    let (_, fields) = schema();
+    reader.searcher().segment_readers().iter().all(|segment| {
+        [fields.session, fields.role, fields.words]
+            .into_iter()
+            .all(|field| segment.inverted_index(field).is_ok())
+            && segment.get_fieldnorms_reader(fields.words).is_ok()
+            && segment.fast_fields().u64("msg_id").is_ok()
+            && segment.fast_fields().u64("session").is_ok()
+            && segment.fast_fields().i64("created_at").is_ok()
+    })
+}
+
 /// The payload written with every commit: format version and watermark.
 fn payload(watermark: u64) -> String {
     format!("lcm-index v{INDEX_FORMAT} watermark {watermark}")
@@ -259,7 +276,10 @@ impl SearchIndex {
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into();
-        if readable.is_err() {
+        let Ok(reader) = readable else {
+            return Ok(None);
+        };
+        if !segments_readable(&reader) {
             return Ok(None);
         }
         let trigram_dir = dir.join(TRIGRAM_DIR);
