@@ -199,4 +199,11 @@ fn a_store_held_by_another_handle_is_a_clear_error_for_both_opens() {
         assert!(err.to_string().contains("lcm serve"), "{err}");
     }
     assert_eq!(holder.store.stats().unwrap().messages, 2);
+    drop(holder);
+    // Nor can a writer open under a reader: a reindex would cut files (the vector index's)
+    // that the reader has mapped.
+    let reader = DataDir::open_read_only(dir.as_path(), &Config::default()).unwrap();
+    let err = DataDir::open(dir.as_path(), &Config::default()).unwrap_err();
+    assert!(matches!(err, StoreError::AlreadyOpen(_)), "{err}");
+    assert_eq!(reader.store.stats().unwrap().messages, 2);
 }
