@@ -117,17 +117,11 @@ pub fn transcript_lines(messages: &[NewMessage], min_len: usize) -> Vec<String> 
     lines
 }
 
-/// The questions of a TREC file (`COARSE:fine question` lines, ISO-8859-1), without labels.
+/// The questions of a TREC file (lcm-eval's reader), without their labels.
 pub fn trec_questions(file: &str) -> Result<Vec<String>, String> {
     let path = shared_data(&format!("trec/{file}"));
-    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    // ISO-8859-1: each byte is the code point of the same value.
-    let text: String = bytes.iter().map(|&b| char::from(b)).collect();
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(_, q)| q.trim().to_owned()))
-        .filter(|q| !q.is_empty())
-        .collect())
+    let items = lcm_eval::trec::load(&path).map_err(|e| e.to_string())?;
+    Ok(items.into_iter().map(|item| item.text).collect())
 }
 
 /// The LoCoMo development set (lcm-eval's parser): its turns as lcm imports them (speaker,

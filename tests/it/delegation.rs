@@ -658,10 +658,6 @@ async fn a_sub_agents_requests_stay_within_its_context_window() {
     rt.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
-/// Regression (found by the crash campaign's power-loss trials): a sub-agent whose turns could
-/// not be stored (the disk failed under it) was reported done, its answer acknowledged with a
-/// session that holds none of the turns it rests on. Its Task now fails, and its child
-/// session gets the end marker once the disk takes writes again (on the full disk it cannot).
 /// A runtime on a store whose disk fills while a sub-agent thinks (it answers all the same),
 /// with the scripted model's server and the store's directory.
 async fn runtime_whose_disk_fills_under_a_sub_agent() -> (
@@ -700,6 +696,23 @@ async fn runtime_whose_disk_fills_under_a_sub_agent() -> (
     (rt, disk, server, tmp)
 }
 
+/// The role and text of the last message of `parent`'s (one) child session in `store`.
+fn last_of_child(store: &lcm::store::Store, parent: lcm::core::ids::SessionId) -> (Role, String) {
+    let child = store
+        .sessions()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.parent == Some(parent))
+        .expect("the child session was created before the disk filled");
+    let messages = store.session_messages(child.id, 0..u64::MAX).unwrap();
+    let last = messages.last().expect("the task's prompt");
+    (last.role, last.search_text().into_owned())
+}
+
+/// Regression (found by the crash campaign's power-loss trials): a sub-agent whose turns could
+/// not be stored (the disk failed under it) was reported done, its answer acknowledged with a
+/// session that holds none of the turns it rests on. Its Task now fails, and its child
+/// session gets the end marker once the disk takes writes again (on the full disk it cannot).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delegation_whose_turns_cannot_be_stored_fails() {
     let (rt, disk, _server, _tmp) = runtime_whose_disk_fills_under_a_sub_agent().await;
@@ -717,25 +730,14 @@ async fn a_delegation_whose_turns_cannot_be_stored_fails() {
         "{error}"
     );
     // The marker could not be stored (the message says so); once the disk is free, it is.
-    let last_of_child = || {
-        let store = rt.store();
-        let child = store
-            .sessions()
-            .unwrap()
-            .into_iter()
-            .find(|s| s.parent == Some(main.id()))
-            .expect("the child session was created before the disk filled");
-        let messages = store.session_messages(child.id, 0..u64::MAX).unwrap();
-        let last = messages.last().expect("the task's prompt");
-        (last.role, last.search_text().into_owned())
-    };
+    let child_last = || last_of_child(rt.store(), main.id());
     disk.free();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !last_of_child().1.starts_with(SUB_AGENT_END_MARKER) {
+    while !child_last().1.starts_with(SUB_AGENT_END_MARKER) {
         assert!(
             Instant::now() < deadline,
             "no end marker 20 s after the disk was freed: {:?}",
-            last_of_child()
+            child_last()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -763,6 +765,7 @@ async fn an_end_marker_waiting_for_a_full_disk_does_not_outlive_the_runtime() {
         "{error}"
     );
     assert!(disk.is_full());
+    let parent = main.id();
     // Shutdown waits at most 5 s for every holder of the runtime's shared state to let go: a
     // retry that kept its hold would make it take all of them.
     let stopping = Instant::now();
@@ -778,18 +781,6 @@ async fn an_end_marker_waiting_for_a_full_disk_does_not_outlive_the_runtime() {
     )
     .unwrap();
     // The retry gave up with the runtime: the child session ends as a crash leaves it.
-    let child = reopened
-        .sessions()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.parent.is_some())
-        .expect("the child session");
-    let messages = reopened.session_messages(child.id, 0..u64::MAX).unwrap();
-    assert!(
-        !messages
-            .last()
-            .unwrap()
-            .search_text()
-            .starts_with(SUB_AGENT_END_MARKER)
-    );
+    let (_, last) = last_of_child(&reopened, parent);
+    assert!(!last.starts_with(SUB_AGENT_END_MARKER), "{last}");
 }

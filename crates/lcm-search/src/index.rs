@@ -221,8 +221,13 @@ impl SearchIndex {
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
         let dir = dir.as_ref();
-        let (index, trigrams, watermark) = match Self::open_existing(dir, !store.is_read_only())? {
-            Some(parts) => parts,
+        let (index, reader, trigrams, watermark) = match Self::open_existing(
+            dir,
+            !store.is_read_only(),
+        )? {
+            Some((index, reader, trigrams, watermark)) => {
+                (index, Some(reader), trigrams, watermark)
+            }
             // A read-only store leaves the directory alone: an empty index in memory has
             // watermark 0, so grep scans the store, complete but slower.
             None if store.is_read_only() => return Self::open_in_ram(store, config),
@@ -233,11 +238,17 @@ impl SearchIndex {
                 }
                 std::fs::create_dir_all(dir).map_err(|source| StoreError::io(dir, source))?;
                 let index = Index::create_in_dir(dir, schema().0).during("creating the index")?;
-                (index, TrigramIndex::create(&dir.join(TRIGRAM_DIR))?, 0)
+                (
+                    index,
+                    None,
+                    TrigramIndex::create(&dir.join(TRIGRAM_DIR))?,
+                    0,
+                )
             }
         };
         Self::init(
             index,
+            reader,
             trigrams,
             watermark,
             Some(dir.to_path_buf()),
@@ -246,9 +257,12 @@ impl SearchIndex {
         )
     }
 
-    /// The tantivy index, the trigram segments and the watermark in `dir`, if both parts are
-    /// usable and agree.
-    fn open_existing(dir: &Path, writable: bool) -> Result<Option<(Index, TrigramIndex, u64)>> {
+    /// The tantivy index (with the reader that checked it), the trigram segments and the
+    /// watermark in `dir`, if both parts are usable and agree.
+    fn open_existing(
+        dir: &Path,
+        writable: bool,
+    ) -> Result<Option<(Index, IndexReader, TrigramIndex, u64)>> {
         if !dir.join("meta.json").exists() {
             return Ok(None);
         }
@@ -291,7 +305,7 @@ impl SearchIndex {
                 None => return Ok(None),
             }
         };
-        Ok(Some((index, trigrams, watermark)))
+        Ok(Some((index, reader, trigrams, watermark)))
     }
 
     /// An index in memory (tests and benchmarks).
@@ -299,6 +313,7 @@ impl SearchIndex {
         let (schema, _) = schema();
         Self::init(
             Index::create_in_ram(schema),
+            None,
             TrigramIndex::in_memory(),
             0,
             None,
@@ -307,9 +322,11 @@ impl SearchIndex {
         )
     }
 
-    /// `watermark` is what the payload of the index's last commit says (0 for a new index).
+    /// `watermark` is what the payload of the index's last commit says (0 for a new index);
+    /// `reader`, one already opened on `index` (else it is opened here).
     fn init(
         index: Index,
+        reader: Option<IndexReader>,
         trigrams: TrigramIndex,
         watermark: u64,
         dir: Option<PathBuf>,
@@ -318,11 +335,14 @@ impl SearchIndex {
     ) -> Result<SearchIndex> {
         register_tokenizers(&index);
         let (_, fields) = schema();
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()
-            .during("opening the index reader")?;
+        let reader = match reader {
+            Some(reader) => reader,
+            None => index
+                .reader_builder()
+                .reload_policy(ReloadPolicy::Manual)
+                .try_into()
+                .during("opening the index reader")?,
+        };
         // The index's own payload is the truth about what it holds; the store's copy follows
         // (at the next writable open, for a read-only store).
         if !store.is_read_only() && store.index_watermark()?.0 != watermark {

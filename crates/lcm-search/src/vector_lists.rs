@@ -26,7 +26,9 @@ use std::path::Path;
 use lcm_store::error::{Result, StoreError};
 use rayon::prelude::*;
 
-use crate::vectors::{dot_i8, hamming, io, quantise, replace_file, set_file_len, take_nearest};
+use crate::vectors::{
+    dot_i8, hamming, histogram, io, quantise, replace_file, set_file_len, take_nearest,
+};
 
 /// Entries from which an index has lists (below it, a full first pass costs under 2 ms).
 pub const LISTS_FROM: usize = 200_000;
@@ -205,10 +207,7 @@ impl Lists {
             );
             at += len;
         }
-        let mut histogram = vec![0usize; self.dimension + 1];
-        for &d in &distances {
-            histogram[usize::from(d)] += 1;
-        }
+        let histogram = histogram(&distances, self.dimension);
         take_nearest(&distances, &histogram, wanted, |j| positions[j])
     }
 

@@ -527,6 +527,7 @@ impl VectorIndex {
         let mut codes_out = Vec::with_capacity(pending.len() * self.dimension / 8);
         let mut int8_out = Vec::with_capacity(pending.len() * self.dimension);
         let first_new = self.meta.len();
+        let had_lists = self.lists.is_some();
         for (entry, vector) in &pending {
             let (q, scale) = quantise(vector);
             meta_out.extend_from_slice(&entry.message.to_le_bytes());
@@ -571,10 +572,11 @@ impl VectorIndex {
             // Nothing past the last manifest counts: forget the entries in memory too (the
             // files are cut back at the next open).
             self.truncate_entries(first_new);
-            if first_new < self.lists_from {
-                self.lists = None;
-            } else if let Some(lists) = &mut self.lists {
-                lists.truncate(first_new);
+            match &mut self.lists {
+                // Trained by this commit: they go with it.
+                Some(_) if !had_lists => self.lists = None,
+                Some(lists) => lists.truncate(first_new),
+                None => {}
             }
             self.watermark = previous;
             return Err(e);
@@ -741,11 +743,7 @@ impl VectorIndex {
                         }
                     }
                 }
-                let mut histogram = vec![0usize; self.dimension + 1];
-                for &d in out.iter() {
-                    histogram[usize::from(d)] += 1;
-                }
-                histogram
+                histogram(out, self.dimension)
             })
             .reduce(
                 || vec![0usize; self.dimension + 1],
@@ -846,6 +844,15 @@ fn best_per_message(meta: &[VectorEntry], scored: Vec<(usize, f32)>, k: usize) -
         }
         sorted = ranked.len();
     }
+}
+
+/// How many of `distances` (Hamming distances of `dimension`-bit codes) are each distance.
+pub(crate) fn histogram(distances: &[u16], dimension: usize) -> Vec<usize> {
+    let mut histogram = vec![0usize; dimension + 1];
+    for &d in distances {
+        histogram[usize::from(d)] += 1;
+    }
+    histogram
 }
 
 /// The positions `at(j)` of the `wanted` smallest `distances` (ties by `j`), given the

@@ -69,8 +69,8 @@ pub struct DelegationStats {
 /// The text a failed sub-agent's child session ends with: a system message
 /// `"{SUB_AGENT_END_MARKER} <reason>"` written when its run could not answer its caller
 /// (its workers crashed too often, the DelegationActor crashed and the run could not be resumed,
-/// its turns could not all be stored, the runtime stopped under it). A child session ends either with the turns of a sub-agent
-/// that answered its caller or with this marker.
+/// its turns could not all be stored, the runtime stopped under it). A child session ends
+/// either with the turns of a sub-agent that answered its caller or with this marker.
 pub const SUB_AGENT_END_MARKER: &str = "[lcm] sub-agent ended without an answer:";
 
 /// Messages of the [`DelegationActor`].
