@@ -30,7 +30,7 @@ use lcm_search::DataDir;
 use serde_json::Value;
 
 use crate::model::{Cost, ModelAnswer, ModelRun, ModelSettings, chat_turn_tokens};
-use crate::stored::{StoredTask, store_and_compact};
+use crate::stored::{StoredTask, blocking, store_and_compact};
 use crate::tasks::Task;
 use crate::{EvalError, Result};
 
@@ -72,7 +72,11 @@ pub async fn run(
 ) -> Result<LcmRun> {
     let started = Instant::now();
     let stored = {
-        let data = DataDir::open(dir, config)?;
+        let data = blocking({
+            let (dir, config) = (dir.to_path_buf(), config.clone());
+            move || Ok(DataDir::open(dir, &config)?)
+        })
+        .await?;
         store_and_compact(task, &data, budget, summarizer.as_ref()).await?
     };
     let mut config = config.clone();

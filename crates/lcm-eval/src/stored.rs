@@ -8,7 +8,7 @@ use lcm_core::ids::{MessageId, SessionId};
 use lcm_core::message::{NewMessage, Role};
 use lcm_core::summary::NodeRef;
 use lcm_core::time::Timestamp;
-use lcm_engine::compact;
+use lcm_engine::compaction::{CompactionObserver, compact_shared};
 use lcm_llm::Summarizer;
 use lcm_search::DataDir;
 
@@ -29,7 +29,8 @@ pub struct StoredTask {
 
 /// Stores `task`'s turns as a new session of `data` (one message per turn, a second apart),
 /// indexes them, and compacts the session with `summarizer` until its context is under the
-/// soft threshold of `budget` tokens (or compaction can do no more).
+/// soft threshold of `budget` tokens (or compaction can do no more). Store and index calls run
+/// on tokio's blocking pool, as in the runtime.
 pub async fn store_and_compact(
     task: &Task,
     data: &DataDir,
@@ -37,15 +38,12 @@ pub async fn store_and_compact(
     summarizer: &dyn Summarizer,
 ) -> Result<StoredTask> {
     let store = Arc::clone(&data.store);
-    let session = store.create_session(
-        &format!(
-            "eval/{}/{}/{}",
-            task.family.as_str(),
-            task.seed,
-            task.target_tokens
-        ),
-        None,
-    )?;
+    let key = format!(
+        "eval/{}/{}/{}",
+        task.family.as_str(),
+        task.seed,
+        task.target_tokens
+    );
     let messages: Vec<NewMessage> = task
         .turns
         .iter()
@@ -60,31 +58,56 @@ pub async fn store_and_compact(
             m
         })
         .collect();
-    let appended = store.append_batch(session, messages)?;
-    let ids: Vec<MessageId> = appended.iter().map(|a| a.id).collect();
-    data.index.catch_up(&store, |_, _| {})?;
+    let index = Arc::clone(&data.index);
+    let (session, ids) = blocking({
+        let store = Arc::clone(&store);
+        let index = Arc::clone(&index);
+        move || {
+            let session = store.create_session(&key, None)?;
+            let appended = store.append_batch(session, messages)?;
+            index.catch_up(&store, |_, _| {})?;
+            Ok((
+                session,
+                appended.iter().map(|a| a.id).collect::<Vec<MessageId>>(),
+            ))
+        }
+    })
+    .await?;
 
     let config = CompactionConfig::default();
     let mut tokens_before = None;
     let tokens_after = loop {
-        let report = compact(&store, session, budget, &config, summarizer, |_| {})
-            .await
-            .map_err(|e| EvalError::Compaction(e.to_string()))?;
+        let report = compact_shared(
+            Arc::clone(&store),
+            session,
+            budget,
+            &config,
+            summarizer,
+            &mut NoObserver,
+        )
+        .await
+        .map_err(|e| EvalError::Compaction(e.to_string()))?;
         tokens_before.get_or_insert(report.tokens_before);
         if report.reached_goal || report.passes.is_empty() {
             break report.tokens_after;
         }
     };
-    data.index.catch_up(&store, |_, _| {})?;
-    let mut facts_compacted = 0;
-    for turn in &task.planted {
-        let Some(id) = ids.get(*turn) else {
-            continue;
-        };
-        if store.covering(NodeRef::Message(*id))?.is_some() {
-            facts_compacted += 1;
+    let planted: Vec<MessageId> = task
+        .planted
+        .iter()
+        .filter_map(|turn| ids.get(*turn).copied())
+        .collect();
+    let facts_compacted = blocking(move || {
+        index.catch_up(&store, |_, _| {})?;
+        let mut compacted = 0;
+        for id in planted {
+            if store.covering(NodeRef::Message(id))?.is_some() {
+                compacted += 1;
+            }
         }
-    }
+        Ok(compacted)
+    })
+    .await?;
     Ok(StoredTask {
         session,
         tokens_before: tokens_before.unwrap_or(0),
@@ -92,4 +115,22 @@ pub async fn store_and_compact(
         facts_compacted,
         facts: task.planted.len(),
     })
+}
+
+/// A compaction run nobody watches.
+struct NoObserver;
+
+impl CompactionObserver for NoObserver {}
+
+/// Runs store and index work on tokio's blocking pool (a panic there is the caller's).
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(e) => match e.try_into_panic() {
+            Ok(payload) => std::panic::resume_unwind(payload),
+            Err(e) => Err(EvalError::Runtime(e.to_string())),
+        },
+    }
 }
