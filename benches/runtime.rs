@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use lcm::core::config::Config;
 use lcm::core::message::{NewMessage, Role};
+use lcm::core::rng::work_words;
 use lcm::engine::assemble;
 use lcm::engine::runtime::{Runtime, RuntimeOptions};
 use lcm::llm::ExtractiveSummarizer;
@@ -307,23 +308,7 @@ fn memory_per_session(_c: &mut Criterion) {
 /// The soak's message text (`crates/lcm-server/tests/it/common/load.rs`): about 40 tokens,
 /// no two alike.
 fn load_text(turn: u64) -> String {
-    const WORDS: [&str; 8] = [
-        "deploy",
-        "ticket",
-        "staging",
-        "migration",
-        "rollback",
-        "latency",
-        "cache",
-        "index",
-    ];
-    let mut text = format!("turn {turn}:");
-    for k in 0..24 {
-        text.push(' ');
-        text.push_str(WORDS[((turn * 13 + k * 5) % 8) as usize]);
-    }
-    text.push_str(&format!(" ref LOAD-{turn}."));
-    text
+    format!("turn {turn}: {} ref LOAD-{turn}.", work_words(turn, 24))
 }
 
 /// One session under the soak's shape, in process: whatever the history, a context request

@@ -18,6 +18,7 @@ use std::time::Duration;
 use lcm::core::config::Config;
 use lcm::core::ids::MessageId;
 use lcm::core::message::{NewMessage, Role};
+use lcm::core::rng::work_words;
 use lcm::core::tokens::{Encoding, TokenCounter};
 use lcm::engine::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use lcm::llm::extractive::ExtractiveSummarizer;
@@ -130,21 +131,7 @@ fn config() -> Config {
 
 /// About 1,000 tokens: the disk fills in a few hundred appends.
 fn big_message(turn: usize) -> NewMessage {
-    let words = [
-        "deploy",
-        "ticket",
-        "staging",
-        "migration",
-        "rollback",
-        "latency",
-        "cache",
-        "index",
-    ];
-    let mut text = format!("turn {turn}:");
-    for k in 0..1000 {
-        text.push(' ');
-        text.push_str(words[(turn * 7 + k * 3) % words.len()]);
-    }
+    let text = format!("turn {turn}: {}", work_words(turn as u64, 1000));
     let role = if turn.is_multiple_of(2) {
         Role::User
     } else {

@@ -59,6 +59,41 @@ impl SplitMix64 {
     }
 }
 
+/// The vocabulary of [`work_words`]: an engineering conversation's.
+const WORK_WORDS: [&str; 16] = [
+    "deploy",
+    "ticket",
+    "staging",
+    "migration",
+    "rollback",
+    "latency",
+    "cache",
+    "index",
+    "schema",
+    "retry",
+    "budget",
+    "summary",
+    "session",
+    "worker",
+    "lease",
+    "commit",
+];
+
+/// `words` words of an engineering conversation's vocabulary in an order `seed` picks: the text
+/// of load generators, soaks and tests that need messages of a plausible size (about one token
+/// a word) that differ from seed to seed.
+pub fn work_words(seed: u64, words: usize) -> String {
+    let mut rng = SplitMix64::new(seed);
+    let mut text = String::with_capacity(words * 8);
+    for k in 0..words {
+        if k > 0 {
+            text.push(' ');
+        }
+        text.push_str(WORK_WORDS[rng.index(WORK_WORDS.len())]);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +127,15 @@ mod tests {
         assert!((mean - 0.5).abs() < 0.02, "{mean}");
         let heads = (0..10_000).filter(|_| r.coin()).count();
         assert!((4_700..5_300).contains(&heads), "{heads}");
+    }
+
+    #[test]
+    fn work_words_are_as_many_as_asked_and_differ_by_seed() {
+        let text = work_words(3, 24);
+        assert_eq!(text.split(' ').count(), 24);
+        assert!(text.split(' ').all(|w| WORK_WORDS.contains(&w)));
+        assert_eq!(text, work_words(3, 24));
+        assert_ne!(text, work_words(4, 24));
+        assert_eq!(work_words(3, 0), "");
     }
 }

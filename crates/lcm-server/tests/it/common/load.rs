@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use lcm_core::rng::work_words;
 use reqwest::Method;
 use serde_json::json;
 
@@ -75,31 +76,11 @@ impl LoadReport {
 
 /// A message of plausible size and vocabulary (about 40 tokens), different on every turn.
 pub fn message_text(client: usize, turn: usize) -> String {
-    const WORDS: [&str; 16] = [
-        "deploy",
-        "ticket",
-        "staging",
-        "migration",
-        "rollback",
-        "latency",
-        "cache",
-        "index",
-        "schema",
-        "retry",
-        "budget",
-        "summary",
-        "session",
-        "worker",
-        "lease",
-        "commit",
-    ];
-    let mut text = format!("client {client} turn {turn}:");
-    for k in 0..24 {
-        text.push(' ');
-        text.push_str(WORDS[(client * 7 + turn * 13 + k * 5) % WORDS.len()]);
-    }
-    text.push_str(&format!(" ref LOAD-{client}-{turn}."));
-    text
+    let seed = ((client as u64) << 32) | turn as u64;
+    format!(
+        "client {client} turn {turn}: {} ref LOAD-{client}-{turn}.",
+        work_words(seed, 24)
+    )
 }
 
 /// The key of a load client's session.
