@@ -197,6 +197,10 @@ pub struct SearchIndex {
     /// Messages below this were handed to the writer ([`SearchIndex::feed`]), committed or not;
     /// never below the watermark. Only changed with the writer's lock held.
     fed: AtomicU64,
+    /// The watermark last recorded in the store's copy (`meta.index_watermark`): behind the
+    /// watermark when recording failed (a full disk), and then recorded again by the next
+    /// catch-up even when it has nothing to index. Only changed with the writer's lock held.
+    recorded: AtomicU64,
     /// Search by meaning, when an embedding model is configured.
     semantic: Option<crate::semantic::Semantic>,
 }
@@ -363,6 +367,7 @@ impl SearchIndex {
             config: config.clone(),
             watermark: AtomicU64::new(watermark),
             fed: AtomicU64::new(watermark),
+            recorded: AtomicU64::new(watermark),
             semantic: None,
         })
     }
@@ -445,6 +450,7 @@ impl SearchIndex {
         let start = self.watermark().0;
         let end = store.next_message_id()?.0;
         if start >= end {
+            self.record_watermark(store, start)?;
             return Ok(0);
         }
         let total = end - start;
@@ -464,8 +470,9 @@ impl SearchIndex {
                 return Err(e);
             }
             self.watermark.store(to, Ordering::Release);
-            store.set_index_watermark(MessageId(to))?;
+            // Searches see the commit even if the store cannot record it (a full disk).
             self.show_commit(to)?;
+            self.record_watermark(store, to)?;
             done += to - from;
             progress(done, total);
             from = to;
@@ -475,6 +482,16 @@ impl SearchIndex {
         }
         guard.trigrams.release_bulk_memory();
         Ok(done)
+    }
+
+    /// Records `watermark` (the index's) in the store's copy unless it is there already. The
+    /// writer's lock is held.
+    fn record_watermark(&self, store: &impl RecordSource, watermark: u64) -> Result<()> {
+        if self.recorded.load(Ordering::Acquire) != watermark {
+            store.set_index_watermark(MessageId(watermark))?;
+            self.recorded.store(watermark, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Makes the last commit, whose watermark is `watermark`, what full-text searches see. On
@@ -646,8 +663,8 @@ impl SearchIndex {
             commit.commit().during("committing the emptied index")?;
             self.watermark.store(0, Ordering::Release);
             self.fed.store(0, Ordering::Release);
-            store.set_index_watermark(MessageId(0))?;
             self.show_commit(0)?;
+            self.record_watermark(store, 0)?;
             // After the commit: segments past a watermark of 0 are deleted at open anyway.
             self.trigrams.clear()?;
         }
@@ -842,6 +859,48 @@ mod tests {
             assert_eq!(page.hits.len(), 1, "{word}");
         }
         assert_eq!(index.num_docs(), 2);
+    }
+
+    /// A full disk refuses the store's copy of the watermark after the index committed: the
+    /// commit is what searches see at once, and the next catch-up records the copy even with
+    /// nothing new to index (before, it stayed behind until more messages came, and the
+    /// searcher stayed on the older commit).
+    #[test]
+    fn a_watermark_the_full_disk_refused_is_recorded_by_the_next_catch_up() {
+        use lcm_store::disk_faults::DiskSwitch;
+        use lcm_store::integrity;
+
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskSwitch::default();
+        let options = StoreOptions::new(TokenCounter::new(Encoding::O200kBase));
+        let store =
+            Store::open_on_faulty_disk(dir.path().join("lcm.redb"), options, disk.clone()).unwrap();
+        let config = SearchConfig::default();
+        let index = SearchIndex::open(dir.path().join("index"), &store, &config).unwrap();
+        let session = store.create_session("s", None).unwrap();
+        append(&store, session, 0, 12);
+
+        disk.fill();
+        let refused = index.catch_up(&store, |_, _| {}).unwrap_err();
+        assert!(refused.is_disk_full(), "{refused}");
+        assert_eq!(index.watermark(), MessageId(12), "the index committed");
+        assert_eq!(index.num_docs(), 12, "and searches see its commit");
+
+        // Space is back (the store reopens its file at its next transaction).
+        disk.free();
+        assert_eq!(
+            store.index_watermark().unwrap(),
+            MessageId(0),
+            "not recorded"
+        );
+        let report = integrity::check(&store, Some(&index)).unwrap();
+        let kinds: Vec<_> = report.violations.iter().map(|v| v.kind).collect();
+        assert_eq!(kinds, [integrity::ViolationKind::WatermarkMismatch]);
+        assert_eq!(index.catch_up(&store, |_, _| {}).unwrap(), 0);
+        assert_eq!(store.index_watermark().unwrap(), MessageId(12));
+        let report = integrity::check(&store, Some(&index)).unwrap();
+        assert!(report.is_clean(), "{:?}", report.violations);
+        assert_indexed_once(&store, &index, 12);
     }
 
     /// An index written by another index format (here: version 1, which also indexed
