@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::common;
-use crate::common::daemon::{KillOnDrop, spawn, stop_cleanly, wait_listening};
+use crate::common::daemon::{Daemon, KillOnDrop};
 
 /// `lcm ARGS` in `cwd` on the data directory `data` (named relative to `cwd`).
 fn lcm_in(cwd: &Path, data: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
@@ -191,9 +191,7 @@ fn every_command_prints_the_same_through_a_running_daemon() {
     let steps = steps(&sessions[1], &third);
 
     // With the daemon holding the directory.
-    let mut daemon = KillOnDrop(spawn(&cwd.join("data"), "127.0.0.1:0"));
-    let mut stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    wait_listening(&mut stderr);
+    let daemon = Daemon::start(&cwd.join("data"), "127.0.0.1:0");
     assert!(cwd.join("data/daemon.json").exists());
     let through_daemon = run_all(cwd, &steps);
 
@@ -215,7 +213,7 @@ fn every_command_prints_the_same_through_a_running_daemon() {
     }
     let after = lcm_in(cwd, "data", &["stats", "--json"], None);
     assert_eq!(before.stdout, after.stdout);
-    stop_cleanly(&mut daemon.0, stderr);
+    daemon.stop();
     // A clean stop takes its advert and socket away.
     assert!(!cwd.join("data/daemon.json").exists());
     assert!(!cwd.join("data/lcm.sock").exists());
@@ -258,9 +256,7 @@ fn a_killed_daemon_leaves_an_advert_the_cli_ignores() {
     let data = tmp.path().join("data");
     let example =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/transcripts/demo-session.jsonl");
-    let mut daemon = KillOnDrop(spawn(&data, "127.0.0.1:0"));
-    let mut stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    wait_listening(&mut stderr);
+    let mut daemon = Daemon::start(&data, "127.0.0.1:0");
     // Imported through the daemon.
     let out = lcm_in(
         tmp.path(),
@@ -269,8 +265,8 @@ fn a_killed_daemon_leaves_an_advert_the_cli_ignores() {
         None,
     );
     assert!(out.status.success(), "{out:?}");
-    daemon.0.kill().unwrap();
-    daemon.0.wait().unwrap();
+    daemon.child.0.kill().unwrap();
+    daemon.child.0.wait().unwrap();
     assert!(
         data.join("daemon.json").exists(),
         "a SIGKILL leaves the advert"
@@ -286,9 +282,7 @@ fn a_killed_daemon_leaves_an_advert_the_cli_ignores() {
 
     // The next daemon replaces the stale advert with its own.
     let stale = std::fs::read_to_string(data.join("daemon.json")).unwrap();
-    let mut daemon = KillOnDrop(spawn(&data, "127.0.0.1:0"));
-    let mut stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    wait_listening(&mut stderr);
+    let daemon = Daemon::start(&data, "127.0.0.1:0");
     let fresh = std::fs::read_to_string(data.join("daemon.json")).unwrap();
     assert_ne!(stale, fresh);
     #[cfg(unix)]
@@ -304,7 +298,7 @@ fn a_killed_daemon_leaves_an_advert_the_cli_ignores() {
     }
     let out = lcm_in(tmp.path(), "data", &["stats", "--json"], None);
     assert!(out.status.success(), "{out:?}");
-    stop_cleanly(&mut daemon.0, stderr);
+    daemon.stop();
 }
 
 /// A wrong token (an advert from another daemon, or forged) is refused by the daemon.
@@ -312,9 +306,7 @@ fn a_killed_daemon_leaves_an_advert_the_cli_ignores() {
 fn the_daemon_refuses_a_client_without_its_token() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut daemon = KillOnDrop(spawn(&data, "127.0.0.1:0"));
-    let mut stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    wait_listening(&mut stderr);
+    let daemon = Daemon::start(&data, "127.0.0.1:0");
     let advert_path: PathBuf = data.join("daemon.json");
     let text = std::fs::read_to_string(&advert_path).unwrap();
     let mut advert: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -326,7 +318,7 @@ fn the_daemon_refuses_a_client_without_its_token() {
     assert!(stderr_text.contains("token is wrong"), "{stderr_text}");
     assert!(out.stdout.is_empty());
     std::fs::write(&advert_path, text).unwrap();
-    stop_cleanly(&mut daemon.0, stderr);
+    daemon.stop();
 }
 
 /// `lcm mcp` holds the data directory as `lcm serve` does, and serves the CLI the same way.

@@ -8,7 +8,6 @@
 //! Screenshots of the main views go to docs/screenshots/. The page load of a session of 100,000
 //! messages is measured alone, in its own test binary (tests/page_load/).
 
-use std::io::BufReader;
 use std::path::Path;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use crate::common::browser::{
     browser, element, enter_token, lcm_ok as lcm, open_browser, press, screenshot, tab_to, text_of,
     view_says,
 };
-use crate::common::daemon::{KillOnDrop, spawn, stop_cleanly, wait_listening};
+use crate::common::daemon::Daemon;
 use lcm::llm::testing::{RecordedRequest, ScriptedReply, ScriptedServer};
 
 const ADMIN: &str = "admin-token-for-the-explorer-test-0123";
@@ -92,9 +91,8 @@ async fn the_explorer_in_a_real_chromium() {
     .unwrap();
     let before: Value = serde_json::from_slice(&lcm(&data, &["stats", "--json"]).stdout).unwrap();
 
-    let mut daemon = KillOnDrop(spawn(&data, "127.0.0.1:0"));
-    let mut stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    let (_, addr) = wait_listening(&mut stderr);
+    let daemon = Daemon::start(&data, "127.0.0.1:0");
+    let addr = daemon.addr;
     let base = format!("http://{addr}");
     let (_driver, client) = open_browser(&driver, &chromium).await;
 
@@ -335,7 +333,7 @@ async fn the_explorer_in_a_real_chromium() {
     view_says(&client, "HTTP 403").await;
 
     client.close().await.unwrap();
-    stop_cleanly(&mut daemon.0, stderr);
+    daemon.stop();
     // Looking changed nothing stored.
     let after: Value = serde_json::from_slice(&lcm(&data, &["stats", "--json"]).stdout).unwrap();
     assert_eq!(before["store"]["messages"], after["store"]["messages"]);

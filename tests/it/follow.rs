@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::daemon::KillOnDrop;
+use crate::common::daemon::{Daemon, KillOnDrop};
 use crate::common::lcm;
 
 /// One lcm-format line with its own key.
@@ -181,16 +181,14 @@ fn a_daemon_watching_a_folder_imports_live() {
         format!("[watch]\npaths = [{:?}]\n", watched.display().to_string()),
     )
     .unwrap();
-    let mut daemon = KillOnDrop(crate::common::daemon::spawn(&data, "127.0.0.1:0"));
-    let mut stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    crate::common::daemon::wait_listening(&mut stderr);
+    let daemon = Daemon::start(&data, "127.0.0.1:0");
     let session = watched.join("-home-me-app/s1.jsonl");
     std::fs::create_dir_all(session.parent().unwrap()).unwrap();
     append(&session, &line("s1", "k1", "gamma-one"));
     found_once(&data, "gamma-one");
     append(&session, &line("s1", "k2", "gamma-two"));
     found_once(&data, "gamma-two");
-    crate::common::daemon::stop_cleanly(&mut daemon.0, stderr);
+    daemon.stop();
     assert_eq!(hits(&data, "gamma-"), 2);
 }
 
@@ -202,9 +200,7 @@ fn ctrl_c_stops_a_follow_the_daemon_runs_for_the_cli() {
     let watched = tmp.path().join("watched");
     std::fs::create_dir_all(&watched).unwrap();
     let data = tmp.path().join("data");
-    let mut daemon = KillOnDrop(crate::common::daemon::spawn(&data, "127.0.0.1:0"));
-    let mut daemon_stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    crate::common::daemon::wait_listening(&mut daemon_stderr);
+    let daemon = Daemon::start(&data, "127.0.0.1:0");
 
     let (mut cli, _stderr) = follower(&data, &watched);
     append(&watched.join("t.jsonl"), &line("t", "k1", "delta-one"));
@@ -223,5 +219,5 @@ fn ctrl_c_stops_a_follow_the_daemon_runs_for_the_cli() {
     append(&watched.join("t.jsonl"), &line("t", "k2", "delta-two"));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(hits(&data, "delta-"), 1);
-    crate::common::daemon::stop_cleanly(&mut daemon.0, daemon_stderr);
+    daemon.stop();
 }

@@ -490,9 +490,8 @@ fn first_hit(found: &serde_json::Value) -> Option<(serde_json::Value, String)> {
 /// found them and their score), and its summaries are ranked by meaning too, page by page.
 #[test]
 fn over_http_a_compacted_session_is_found_by_meaning_and_so_are_its_summaries() {
-    use crate::common::daemon::{KillOnDrop, http, spawn, stop_cleanly, wait_listening};
+    use crate::common::daemon::{Daemon, http};
     use serde_json::{Value, json};
-    use std::io::BufReader;
     use std::time::{Duration, Instant};
 
     let Some(model) = common::embed_model_dir() else {
@@ -510,9 +509,8 @@ fn over_http_a_compacted_session_is_found_by_meaning_and_so_are_its_summaries() 
         ),
     )
     .unwrap();
-    let mut child = KillOnDrop(spawn(&data, "127.0.0.1:0"));
-    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let (_, addr) = wait_listening(&mut stderr);
+    let child = Daemon::start(&data, "127.0.0.1:0");
+    let addr = child.addr;
     let post = |path: &str, body: Value| -> Value {
         let (status, text) = http(addr, "POST", path, None, &body.to_string());
         assert!((200..300).contains(&status), "{path}: {status} {text}");
@@ -640,7 +638,7 @@ fn over_http_a_compacted_session_is_found_by_meaning_and_so_are_its_summaries() 
     );
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("cursor"), "{text}");
-    stop_cleanly(&mut child.0, stderr);
+    child.stop();
 }
 
 /// `lcm mcp` with a model: an MCP client appends a history and finds it by meaning through

@@ -3,18 +3,17 @@
 //! command reads with what the daemon stored. Bound beyond loopback it prints a generated
 //! token once and refuses requests without it.
 
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::process::Command;
 
-use crate::common::daemon::{http, spawn, stop_cleanly, terminate, wait_listening};
+use crate::common::daemon::{Daemon, http, terminate};
 
 #[test]
 fn serve_answers_and_stops_cleanly_on_sigterm() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut child = spawn(&data, "127.0.0.1:0");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let (before, addr) = wait_listening(&mut stderr);
+    let mut daemon = Daemon::start(&data, "127.0.0.1:0");
+    let (before, addr) = (&daemon.before, daemon.addr);
     assert!(before.iter().all(|l| !l.contains("token")), "{before:?}");
 
     assert_eq!(http(addr, "GET", "/healthz", None, "").0, 200);
@@ -31,10 +30,10 @@ fn serve_answers_and_stops_cleanly_on_sigterm() {
     );
     assert_eq!(status, 201, "{body}");
 
-    let status = terminate(&mut child);
+    let status = terminate(&mut daemon.child.0);
     assert!(status.success(), "exit status {status:?}");
     let mut rest = String::new();
-    stderr.read_to_string(&mut rest).unwrap();
+    daemon.stderr.read_to_string(&mut rest).unwrap();
     assert!(rest.contains("stopped"), "{rest}");
 
     // The store was released: the CLI opens it and sees what the daemon stored.
@@ -56,10 +55,9 @@ fn serve_answers_and_stops_cleanly_on_sigterm() {
 fn serve_beyond_loopback_prints_a_token_once_and_requires_it() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut child = spawn(&data, "0.0.0.0:0");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let (before, addr) = wait_listening(&mut stderr);
-    let shown = before.join("");
+    let daemon = Daemon::start(&data, "0.0.0.0:0");
+    let addr = daemon.addr;
+    let shown = daemon.before.join("");
     let token = std::fs::read_to_string(data.join("server-token")).unwrap();
     let token = token.trim();
     assert!(
@@ -69,15 +67,17 @@ fn serve_beyond_loopback_prints_a_token_once_and_requires_it() {
     assert_eq!(http(addr, "GET", "/v1/sessions", None, "").0, 401);
     assert_eq!(http(addr, "GET", "/v1/sessions", Some(token), "").0, 200);
     assert_eq!(http(addr, "GET", "/healthz", None, "").0, 200);
-    stop_cleanly(&mut child, stderr);
+    daemon.stop();
 
     // The next start uses the kept token and does not print it again.
-    let mut child = spawn(&data, "0.0.0.0:0");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let (before, addr) = wait_listening(&mut stderr);
+    let daemon = Daemon::start(&data, "0.0.0.0:0");
+    let before = &daemon.before;
     assert!(!before.join("").contains(token), "{before:?}");
-    assert_eq!(http(addr, "GET", "/v1/sessions", Some(token), "").0, 200);
-    stop_cleanly(&mut child, stderr);
+    assert_eq!(
+        http(daemon.addr, "GET", "/v1/sessions", Some(token), "").0,
+        200
+    );
+    daemon.stop();
 }
 
 #[test]
@@ -86,9 +86,6 @@ fn sigterm_right_after_the_listening_line_is_a_graceful_stop() {
     // process with the default action (exit by signal, not success).
     for _ in 0..5 {
         let tmp = tempfile::tempdir().unwrap();
-        let mut child = spawn(&tmp.path().join("data"), "127.0.0.1:0");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        wait_listening(&mut stderr);
-        stop_cleanly(&mut child, stderr);
+        Daemon::start(&tmp.path().join("data"), "127.0.0.1:0").stop();
     }
 }

@@ -10,12 +10,10 @@
 #[allow(dead_code)]
 mod common;
 
-use std::io::BufReader;
-
 use serde_json::{Value, json};
 
 use common::browser::{browser, element, enter_token, lcm_ok as lcm, open_browser, view_says};
-use common::daemon::{KillOnDrop, spawn, stop_cleanly, wait_listening};
+use common::daemon::Daemon;
 
 const ADMIN: &str = "admin-token-for-the-page-load-test-0123";
 
@@ -99,9 +97,8 @@ async fn a_session_of_100k_messages_opens_in_under_300_ms() {
     assert!(deepest >= 5, "a DAG {deepest} levels deep");
     lcm(&data, &["compact", "-q", "ses_1", "--budget", "2000"]);
 
-    let mut daemon = KillOnDrop(spawn(&data, "127.0.0.1:0"));
-    let mut stderr = BufReader::new(daemon.0.stderr.take().unwrap());
-    let (_, addr) = wait_listening(&mut stderr);
+    let daemon = Daemon::start(&data, "127.0.0.1:0");
+    let addr = daemon.addr;
     let base = format!("http://{addr}");
     let (_browser, client) = open_browser(&driver, &chromium).await;
     client.goto(&format!("{base}/ui")).await.unwrap();
@@ -157,5 +154,5 @@ async fn a_session_of_100k_messages_opens_in_under_300_ms() {
         large[2]
     );
     client.close().await.unwrap();
-    stop_cleanly(&mut daemon.0, stderr);
+    daemon.stop();
 }

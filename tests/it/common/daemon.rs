@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub fn spawn(data_dir: &Path, bind: &str) -> Child {
+fn spawn(data_dir: &Path, bind: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_lcm"))
         .arg("--data-dir")
         .arg(data_dir)
@@ -31,8 +31,39 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// `lcm serve` started on a data directory and listening: killed when dropped (a test that
+/// fails midway leaves no daemon behind) unless stopped first.
+pub struct Daemon {
+    pub child: KillOnDrop,
+    /// The rest of its stderr, after the listening line.
+    pub stderr: BufReader<ChildStderr>,
+    pub addr: SocketAddr,
+    /// The lines it printed before the listening line.
+    pub before: Vec<String>,
+}
+
+impl Daemon {
+    /// Spawns `lcm serve --bind bind` on `data_dir` and waits for its listening line.
+    pub fn start(data_dir: &Path, bind: &str) -> Daemon {
+        let mut child = KillOnDrop(spawn(data_dir, bind));
+        let mut stderr = BufReader::new(child.0.stderr.take().expect("piped stderr"));
+        let (before, addr) = wait_listening(&mut stderr);
+        Daemon {
+            child,
+            stderr,
+            addr,
+            before,
+        }
+    }
+
+    /// SIGTERM, and the exit status is success (see [`stop_cleanly`]).
+    pub fn stop(mut self) {
+        stop_cleanly(&mut self.child.0, &mut self.stderr);
+    }
+}
+
 /// Reads stderr until the `listening on http://ADDR` line; every line read before it, and ADDR.
-pub fn wait_listening(stderr: &mut BufReader<ChildStderr>) -> (Vec<String>, SocketAddr) {
+fn wait_listening(stderr: &mut BufReader<ChildStderr>) -> (Vec<String>, SocketAddr) {
     let mut lines = Vec::new();
     loop {
         let mut line = String::new();
