@@ -257,6 +257,8 @@ fn build_index(n: usize) -> IndexFixture {
             .expect("push");
         if (i + 1) % COMMIT_EVERY == 0 || i + 1 == n {
             index.commit(i as u64 + 1).expect("commit");
+            // As the catch-up does after each commit.
+            index.update_lists().expect("lists");
         }
     }
     eprintln!(
@@ -507,7 +509,10 @@ fn real_embeddings(_: &mut Criterion) {
         index.push(entry(i), v.clone()).expect("push");
     }
     index.commit(n as u64).expect("commit");
-    assert!(index.has_lists(), "lists trained at {n} entries");
+    assert!(
+        index.update_lists().expect("lists"),
+        "lists trained at {n} entries"
+    );
     let mut every_code = VectorIndex::open(&dir, DIM, model.model_id(), false)
         .expect("reopen")
         .0;
@@ -551,6 +556,63 @@ fn real_embeddings(_: &mut Criterion) {
             "real: {} {name}, exact int8: recall@10 {recall:.3} (p50 {p50:.2} ms)",
             queries.len()
         );
+    }
+    drift(&model, &corpus, &set.queries, &tmp.path().join("drift"));
+}
+
+/// Lists trained on the first quarter of the corpus (transcript lines only), then the rest
+/// joins them (the TREC questions and the LoCoMo turns the queries look for): what lists
+/// trained months ago make of what an agent does now, against the lists trained anew once the
+/// index has grown fourfold (as the catch-up does).
+fn drift(
+    model: &lcm_embed::Embedder,
+    corpus: &[Vec<f32>],
+    query_sets: &[(&'static str, Vec<String>)],
+    dir: &Path,
+) {
+    let n = corpus.len();
+    let (mut index, _) = VectorIndex::open(dir, DIM, model.model_id(), true).expect("open");
+    index.set_lists_from(n / 4);
+    for (i, v) in corpus.iter().enumerate() {
+        index.push(entry(i), v.clone()).expect("push");
+        if i + 1 == n / 4 {
+            index.commit((i + 1) as u64).expect("commit");
+            assert!(index.update_lists().expect("lists"));
+        }
+    }
+    index.commit(n as u64).expect("commit");
+    assert!(index.lists_due(), "grown fourfold");
+    let stale_count = index.list_count().unwrap_or(0);
+    let t = Instant::now();
+    let trained = index.train_lists();
+    let trained_in = t.elapsed();
+    let mut fresh = VectorIndex::open(dir, DIM, model.model_id(), true)
+        .expect("reopen")
+        .0;
+    fresh.install_lists(trained).expect("install");
+    let flat: Vec<f32> = corpus.concat();
+    eprintln!(
+        "real, drift: lists trained on the first {} of {n} texts ({stale_count} lists, the longest {} entries), then anew on all ({} lists, the longest {}; {:.1} s)",
+        n / 4,
+        index.longest_list().unwrap_or(0),
+        fresh.list_count().unwrap_or(0),
+        fresh.longest_list().unwrap_or(0),
+        trained_in.as_secs_f64()
+    );
+    for (name, texts) in query_sets {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let queries = model.embed(&refs).expect("embed the queries");
+        let truths: Vec<Vec<u64>> = queries.iter().map(|q| truth(&flat, q)).collect();
+        for (how, index) in [
+            ("trained on the first quarter", &index),
+            ("trained anew", &fresh),
+        ] {
+            let (recall, p50, _) = kept(index, &queries, &truths, K, oversample_for(K));
+            eprintln!(
+                "real, drift: {} {name}, lists {how}: recall@10 {recall:.3} (p50 {p50:.2} ms)",
+                queries.len()
+            );
+        }
     }
 }
 

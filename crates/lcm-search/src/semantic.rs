@@ -197,6 +197,10 @@ impl Semantic {
             .catching_up
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        // Lists due before any commit (an index opened without them).
+        for index in [&loaded.vectors, &loaded.summaries] {
+            retrain_lists_if_due(index)?;
+        }
         let start = self.watermark()?.0;
         let end = store.next_message_id()?.0;
         let summaries_start = self.summary_watermark()?.0;
@@ -318,6 +322,11 @@ impl Semantic {
     ) -> Result<u64> {
         {
             let loaded = self.loaded()?;
+            // Not while a catch-up is between its watermark and its commit.
+            let _one = self
+                .catching_up
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             for index in [&loaded.vectors, &loaded.summaries] {
                 index
                     .write()
@@ -560,9 +569,95 @@ fn embed_into(
     let vectors = embedder
         .embed(texts)
         .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
-    let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
-    for (entry, vector) in entries.into_iter().zip(vectors) {
-        index.push(entry, vector)?;
+    {
+        let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
+        for (entry, vector) in entries.into_iter().zip(vectors) {
+            index.push(entry, vector)?;
+        }
+        index.commit(watermark)?;
     }
-    index.commit(watermark)
+    retrain_lists_if_due(index)
+}
+
+/// Trains `index`'s lists when they are due ([`VectorIndex::lists_due`]: none yet at
+/// [`crate::vector_lists::LISTS_FROM`] entries, or outgrown): under the read lock, so searches
+/// go on; commits wait, and only the catch-up that called this commits.
+fn retrain_lists_if_due(index: &RwLock<VectorIndex>) -> Result<()> {
+    let trained = {
+        let index = index.read().unwrap_or_else(PoisonError::into_inner);
+        if !index.lists_due() {
+            return Ok(());
+        }
+        tracing::info!(
+            entries = index.len(),
+            lists = index.list_count(),
+            "training the vector index's lists (searches go on meanwhile)"
+        );
+        index.train_lists()
+    };
+    index
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .install_lists(trained)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vectors::VectorFilter;
+    use lcm_core::rng::SplitMix64;
+
+    fn unit(rng: &mut SplitMix64) -> Vec<f32> {
+        let v: Vec<f32> = (0..128).map(|_| rng.uniform() as f32 - 0.5).collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / norm).collect()
+    }
+
+    /// What a catch-up does after each commit: lists once the index reaches `lists_from`
+    /// entries, then nothing until it has grown fourfold since, then new lists (as many as its
+    /// size calls for), once.
+    #[test]
+    fn a_catch_up_trains_lists_at_the_threshold_and_again_at_four_times_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut rng = SplitMix64::new(3);
+        let (mut index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
+        index.set_lists_from(300);
+        let index = RwLock::new(index);
+        let mut vectors = Vec::new();
+        let mut commit = |n: usize| {
+            let mut index = index.write().unwrap();
+            for _ in 0..n {
+                let v = unit(&mut rng);
+                let entry = VectorEntry {
+                    message: vectors.len() as u64,
+                    session: 0,
+                    created_at: 0,
+                    role: 0,
+                    chunk: (0, 1),
+                };
+                index.push(entry, v.clone()).unwrap();
+                vectors.push(v);
+            }
+            index.commit(vectors.len() as u64).unwrap();
+        };
+        let lists = || index.read().unwrap().list_count();
+        commit(299);
+        retrain_lists_if_due(&index).unwrap();
+        assert_eq!(lists(), None, "299 entries");
+        commit(1);
+        assert_eq!(lists(), None, "a commit never trains");
+        retrain_lists_if_due(&index).unwrap();
+        assert_eq!(lists(), Some(17));
+        commit(800);
+        retrain_lists_if_due(&index).unwrap();
+        assert_eq!(lists(), Some(17), "1,100 entries call for 33 lists");
+        commit(200);
+        retrain_lists_if_due(&index).unwrap();
+        assert_eq!(lists(), Some(36), "1,300 entries call for 36");
+        retrain_lists_if_due(&index).unwrap();
+        assert_eq!(lists(), Some(36));
+        let index = index.read().unwrap();
+        let hits = index.search(&vectors[1_250], 1, &VectorFilter::default());
+        assert_eq!(hits[0].message, 1_250);
+    }
 }

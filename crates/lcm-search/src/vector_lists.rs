@@ -5,17 +5,26 @@
 //!
 //! - **Training**: spherical k-means over a sample of the entries' int8 vectors (deterministic:
 //!   an evenly spaced sample, the first centroids evenly spaced entries), `√n` lists (16 to
-//!   4,096); every entry then goes to the list of its nearest centroid. Lists are trained once,
-//!   when the index first reaches [`LISTS_FROM`] entries (or is opened writable that large
-//!   without them: about 10 s at a million entries on two cores, once); later entries join the
-//!   nearest existing list, and a rebuild (`lcm reindex`) trains anew. A read-only open never
-//!   trains: without list files it searches every code, as below the threshold.
+//!   4,096); every entry then goes to the list of its nearest centroid. Lists are first
+//!   trained once the index holds [`LISTS_FROM`] entries; later entries join the nearest
+//!   existing list. Once the index has grown fourfold since (twice the lists its size calls
+//!   for: at 800,000 entries, then 3.2 million), the lists are trained anew on every entry
+//!   ([`Lists::due`]): lists trained on what an agent did months ago would hold ever longer
+//!   lists for what it does now, and miss more (docs/PERFORMANCE.md, "Lists that drift").
+//!   Training (about 10 s at a million entries on two cores) is never part of a commit, which
+//!   holds the index's write lock: the catch-up trains after its commit, under the read lock,
+//!   so searches go on, and swaps the lists in ([`crate::vectors::VectorIndex::lists_due`]).
+//!   A rebuild (`lcm reindex`) trains anew. A read-only process never trains: without list
+//!   files it searches every code, as below the threshold.
 //! - **Files**, derived from the index's int8 vectors and repaired from them: `centroids.bin`
 //!   (list count and dimension as u32 LE, then the int8 centroids; replaced whole) and
 //!   `lists.bin` (each entry's list as u16 LE, appended and synced with the index's files
 //!   before its manifest names the entries). At open, a list file shorter than the index is
 //!   completed by assigning the missing entries, a longer one cut, and one naming a list that
-//!   does not exist is discarded with the centroids (trained again).
+//!   does not exist is discarded with the centroids (trained again). New lists replace old
+//!   ones in an order a crash cannot mix up: the list file is emptied first, then the
+//!   centroids replaced, then every entry's list written; an empty or short list file is
+//!   completed from whichever centroids the crash left.
 //! - **Search**: the query's nearest `Lists::probes` lists (a quarter of them, at least 8)
 //!   give the candidates; the two passes of [`crate::vectors`] run over them.
 
@@ -61,6 +70,22 @@ impl Lists {
 
     pub(crate) fn count(&self) -> usize {
         self.members.len()
+    }
+
+    /// Whether an index of `n` entries has outgrown these lists: its size calls for twice as
+    /// many (it has grown fourfold since they were trained), so they are trained anew.
+    pub(crate) fn due(&self, n: usize) -> bool {
+        Self::count_for(n) >= 2 * self.count()
+    }
+
+    /// How many entries the longest list holds.
+    pub(crate) fn longest(&self) -> usize {
+        self.members.iter().map(Vec::len).max().unwrap_or(0)
+    }
+
+    /// How many entries the lists hold.
+    pub(crate) fn entries(&self) -> usize {
+        self.assignment.len()
     }
 
     /// How many lists a search reads: a quarter. On real embeddings (benches/vectors.rs,
@@ -282,15 +307,17 @@ impl Lists {
         Ok(Some(lists))
     }
 
-    /// Writes the centroids and every assignment (new lists), synced.
+    /// Writes the centroids and every assignment (new lists, in place of any old ones),
+    /// synced: the list file is emptied before the centroids are replaced, so that a crash
+    /// never leaves old assignments beside new centroids (see the module doc).
     pub(crate) fn save(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(ASSIGNMENT);
+        set_file_len(&path, 0)?;
         let mut bytes = Vec::with_capacity(8 + self.centroids.len());
         bytes.extend_from_slice(&(self.count() as u32).to_le_bytes());
         bytes.extend_from_slice(&(self.dimension as u32).to_le_bytes());
         bytes.extend(self.centroids.iter().map(|&c| c as u8));
         replace_file(dir, CENTROIDS, &bytes)?;
-        let path = dir.join(ASSIGNMENT);
-        File::create(&path).map_err(io(&path))?;
         self.append(dir, 0)
     }
 

@@ -175,6 +175,16 @@ pub struct VectorIndex {
     pending: Vec<(VectorEntry, Vec<f32>)>,
     /// Whether the files may be written (see [`VectorIndex::open`]).
     writable: bool,
+    /// How many times the index was cleared: lists trained before a clear are not installed
+    /// after it.
+    generation: u64,
+}
+
+/// Lists trained anew on every committed entry of an index ([`VectorIndex::train_lists`]),
+/// for [`VectorIndex::install_lists`].
+pub struct TrainedLists {
+    lists: Lists,
+    generation: u64,
 }
 
 impl std::fmt::Debug for VectorIndex {
@@ -258,6 +268,7 @@ impl VectorIndex {
             int8: None,
             lists: None,
             lists_from: LISTS_FROM,
+            generation: 0,
             list_probes: None,
             pending: Vec::new(),
             writable,
@@ -347,35 +358,17 @@ impl VectorIndex {
         self.load_lists().map_err(|e| e.to_string())
     }
 
-    /// Reads the lists (completing or training them, see [`crate::vector_lists`]).
+    /// Reads the lists (completing them, see [`crate::vector_lists`]); an index without them
+    /// searches every code until a catch-up trains them ([`Self::lists_due`]).
     fn load_lists(&mut self) -> Result<()> {
-        let n = self.meta.len();
-        let lists = {
-            let vector = self.vector_source();
-            match Lists::load(
-                &self.dir,
-                self.dimension,
-                n,
-                self.writable,
-                &vector,
-                self.codes(),
-            )? {
-                Some(lists) => Some(lists),
-                // Trained by a writable open only, which keeps them: a read-only process
-                // (`lcm grep` beside nobody) would pay the training at every start.
-                None if n >= self.lists_from && self.writable => {
-                    tracing::info!(
-                        dir = %self.dir.display(),
-                        entries = n,
-                        "training the vector index's lists (once)"
-                    );
-                    let lists = Lists::train(n, self.dimension, &vector, self.codes());
-                    lists.save(&self.dir)?;
-                    Some(lists)
-                }
-                None => None,
-            }
-        };
+        let lists = Lists::load(
+            &self.dir,
+            self.dimension,
+            self.meta.len(),
+            self.writable,
+            &self.vector_source(),
+            self.codes(),
+        )?;
         self.lists = lists;
         Ok(())
     }
@@ -385,8 +378,9 @@ impl VectorIndex {
         move |i| (self.int8_of(i), self.scales[i])
     }
 
-    /// Assigns the entries from `first_new` on to lists, or trains lists when the index has
-    /// just reached [`LISTS_FROM`] entries; the list files are synced.
+    /// Assigns the entries from `first_new` on to the lists, if there are lists (a commit
+    /// never trains them: it holds the index's write lock, and searches would wait); the list
+    /// file is synced.
     fn extend_lists(&mut self, first_new: usize) -> Result<()> {
         let n = self.meta.len();
         match self.lists.take() {
@@ -395,12 +389,6 @@ impl VectorIndex {
                 let appended = lists.append(&self.dir, first_new);
                 self.lists = Some(lists);
                 appended
-            }
-            None if n >= self.lists_from => {
-                let lists = Lists::train(n, self.dimension, &self.vector_source(), self.codes());
-                lists.save(&self.dir)?;
-                self.lists = Some(lists);
-                Ok(())
             }
             None => Ok(()),
         }
@@ -527,7 +515,6 @@ impl VectorIndex {
         let mut codes_out = Vec::with_capacity(pending.len() * self.dimension / 8);
         let mut int8_out = Vec::with_capacity(pending.len() * self.dimension);
         let first_new = self.meta.len();
-        let had_lists = self.lists.is_some();
         for (entry, vector) in &pending {
             let (q, scale) = quantise(vector);
             meta_out.extend_from_slice(&entry.message.to_le_bytes());
@@ -572,11 +559,8 @@ impl VectorIndex {
             // Nothing past the last manifest counts: forget the entries in memory too (the
             // files are cut back at the next open).
             self.truncate_entries(first_new);
-            match &mut self.lists {
-                // Trained by this commit: they go with it.
-                Some(_) if !had_lists => self.lists = None,
-                Some(lists) => lists.truncate(first_new),
-                None => {}
+            if let Some(lists) = &mut self.lists {
+                lists.truncate(first_new);
             }
             self.watermark = previous;
             return Err(e);
@@ -592,6 +576,7 @@ impl VectorIndex {
         self.int8 = None;
         self.lists = None;
         self.watermark = 0;
+        self.generation += 1;
         self.truncate_files(0)?;
         self.write_manifest()
     }
@@ -763,7 +748,7 @@ impl VectorIndex {
         (self.meta.len() * (META_LEN + self.dimension / 8 + self.dimension)) as u64 + lists
     }
 
-    /// Trains lists from `entries` entries on (at the next commit) instead of [`LISTS_FROM`]:
+    /// Trains lists from `entries` entries on (see [`Self::lists_due`]) instead of [`LISTS_FROM`]:
     /// for tests and measurements on small indexes.
     pub fn set_lists_from(&mut self, entries: usize) {
         self.lists_from = entries;
@@ -781,9 +766,82 @@ impl VectorIndex {
         self.list_probes = probes;
     }
 
+    /// Whether the index should train lists ([`Self::train_lists`], then
+    /// [`Self::install_lists`]): it has none and [`LISTS_FROM`] entries or more, or it has
+    /// outgrown them (grown fourfold since they were trained, see [`crate::vector_lists`]).
+    /// Never for a read-only index: a process that cannot keep the lists would pay for the
+    /// training at every start.
+    pub fn lists_due(&self) -> bool {
+        let n = self.meta.len();
+        self.writable
+            && match &self.lists {
+                Some(lists) => lists.due(n),
+                None => n >= self.lists_from,
+            }
+    }
+
+    /// Trains and installs lists when they are due ([`Self::lists_due`]); whether it did. For
+    /// a process that holds the index alone: [`crate::semantic`] trains under the read lock.
+    pub fn update_lists(&mut self) -> Result<bool> {
+        if !self.lists_due() {
+            return Ok(false);
+        }
+        let trained = self.train_lists();
+        self.install_lists(trained)?;
+        Ok(true)
+    }
+
+    /// Trains lists anew on every committed entry (seconds at a million entries, on every
+    /// core) without changing the index: searches go on meanwhile under a read lock.
+    pub fn train_lists(&self) -> TrainedLists {
+        let lists = Lists::train(
+            self.meta.len(),
+            self.dimension,
+            &self.vector_source(),
+            self.codes(),
+        );
+        TrainedLists {
+            lists,
+            generation: self.generation,
+        }
+    }
+
+    /// Puts lists from [`Self::train_lists`] in place of the index's (entries committed since
+    /// join them) and writes their files. Lists trained before a [`Self::clear`] are dropped.
+    /// If the files cannot be written, the index goes on without lists in memory (searches
+    /// read every code) and the next catch-up trains them again.
+    pub fn install_lists(&mut self, trained: TrainedLists) -> Result<()> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        let n = self.meta.len();
+        let TrainedLists {
+            mut lists,
+            generation,
+        } = trained;
+        if generation != self.generation || lists.entries() > n {
+            return Ok(());
+        }
+        lists.assign_up_to(n, &self.vector_source(), self.codes());
+        if let Err(e) = lists.save(&self.dir) {
+            // The files are now neither the old lists nor the new: nothing in memory may
+            // append to them.
+            self.lists = None;
+            return Err(e);
+        }
+        self.lists = Some(lists);
+        Ok(())
+    }
+
     /// How many lists the index has (`None` without lists).
     pub fn list_count(&self) -> Option<usize> {
         self.lists.as_ref().map(Lists::count)
+    }
+
+    /// How many entries the longest list holds (`None` without lists): a search that probes
+    /// it reads them all, so long lists are slow ones.
+    pub fn longest_list(&self) -> Option<usize> {
+        self.lists.as_ref().map(Lists::longest)
     }
 
     /// Whether the index has lists (see [`crate::vector_lists`]): its unscoped searches read
@@ -1287,6 +1345,8 @@ mod tests {
             index.push(entry(m as u64, 0), v.clone()).unwrap();
         }
         index.commit(vectors.len() as u64).unwrap();
+        assert!(!index.has_lists(), "a commit never trains");
+        assert!(index.update_lists().unwrap());
         assert!(index.has_lists());
         let n = vectors.len();
         let lists_file = tmp.path().join("lists.bin");
@@ -1345,6 +1405,99 @@ mod tests {
         }
         index.clear().unwrap();
         assert!(!lists_file.exists() && !tmp.path().join("centroids.bin").exists());
+    }
+
+    /// Lists trained on what came first, then a drift: four times as many entries from
+    /// elsewhere join the nearest old lists, which grow long. The index asks for new lists
+    /// once it has grown fourfold; trained and installed, they balance the entries again, find
+    /// at least as much, are on disk (a reopen reads them, and does not ask again), and lists
+    /// trained before a clear are never installed after it.
+    #[test]
+    fn lists_are_trained_anew_once_the_index_has_grown_fourfold() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut rng = Rng::new(5);
+        let first = clustered(1_000, 20, 0.5, &mut rng);
+        let later = clustered(4_000, 200, 0.5, &mut rng);
+        let (mut index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
+        index.set_lists_from(1_000);
+        let mut m = 0u64;
+        let mut add = |index: &mut VectorIndex, vectors: &[Vec<f32>]| {
+            for v in vectors {
+                index.push(entry(m, 0), v.clone()).unwrap();
+                m += 1;
+            }
+            index.commit(m).unwrap();
+        };
+        add(&mut index, &first);
+        assert!(index.update_lists().unwrap());
+        assert_eq!(index.list_count(), Some(Lists::count_for(1_000)));
+        assert!(!index.lists_due());
+        add(&mut index, &later[..2_000]);
+        assert!(!index.lists_due(), "grown threefold");
+        add(&mut index, &later[2_000..]);
+        assert!(index.lists_due(), "grown fivefold");
+
+        let n = first.len() + later.len();
+        let queries: Vec<usize> = (0..40).map(|t| t * 97 % later.len()).collect();
+        let recall = |index: &VectorIndex| -> usize {
+            queries
+                .iter()
+                .map(|&q| {
+                    let exact = index.search_exact(&later[q], 10, &VectorFilter::default());
+                    let fast = index.search(&later[q], 10, &VectorFilter::default());
+                    exact.iter().filter(|h| fast.contains(h)).count()
+                })
+                .sum()
+        };
+        let stale = recall(&index);
+        let stale_longest = index.longest_list().unwrap();
+
+        let trained = index.train_lists();
+        index.install_lists(trained).unwrap();
+        assert_eq!(index.list_count(), Some(Lists::count_for(n)));
+        assert!(!index.lists_due());
+        let longest = index.longest_list().unwrap();
+        assert!(
+            longest * 2 < stale_longest,
+            "longest list {longest}, before {stale_longest}"
+        );
+        let fresh = recall(&index);
+        assert!(
+            fresh >= stale && fresh >= 360,
+            "recall {fresh}/400, before {stale}/400"
+        );
+        let found: Vec<Vec<VectorHit>> = queries
+            .iter()
+            .map(|&q| index.search(&later[q], 10, &VectorFilter::default()))
+            .collect();
+        assert_eq!(
+            std::fs::metadata(tmp.path().join("lists.bin"))
+                .unwrap()
+                .len(),
+            n as u64 * 2
+        );
+        drop(index);
+
+        let (mut index, _) = VectorIndex::open(tmp.path(), 128, "m", true).unwrap();
+        assert_eq!(index.list_count(), Some(Lists::count_for(n)));
+        assert!(!index.lists_due());
+        let again: Vec<Vec<VectorHit>> = queries
+            .iter()
+            .map(|&q| index.search(&later[q], 10, &VectorFilter::default()))
+            .collect();
+        assert_eq!(again, found);
+
+        // Trained, then the index is cleared and filled again: the old lists stay out.
+        let trained = index.train_lists();
+        index.clear().unwrap();
+        index.set_lists_from(usize::MAX);
+        for (i, v) in later[..100].iter().enumerate() {
+            index.push(entry(i as u64, 0), v.clone()).unwrap();
+        }
+        index.commit(100).unwrap();
+        index.install_lists(trained).unwrap();
+        assert!(!index.has_lists());
+        assert!(!tmp.path().join("centroids.bin").exists());
     }
 
     #[test]
