@@ -725,3 +725,53 @@ async fn an_mcp_client_searches_by_meaning() {
     }
     close(client, stderr.expect("stderr")).await;
 }
+
+/// The catch-up trains the vector index's lists once it holds `embeddings.lists_from` chunks
+/// (no commit and no open trains them), and searches through them find what a scan of every
+/// entry finds.
+#[test]
+fn the_catch_up_trains_lists_from_the_configured_size() {
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.embeddings.model_dir = Some(model);
+    config.embeddings.lists_from = 60;
+    config.embeddings.index_batch = 30;
+    let (data, _, _) = filled(tmp.path(), &config);
+    let semantic = data.index.semantic().unwrap();
+    assert_eq!(semantic.chunk_count().unwrap(), 45);
+    assert_eq!(
+        semantic.list_count().unwrap(),
+        None,
+        "45 chunks, lists from 60"
+    );
+    let session = data.store.create_session("c", None).unwrap();
+    let more = (40..60).map(|i| NewMessage::text(Role::User, filler(i)));
+    data.store.append_batch(session, more.collect()).unwrap();
+    data.index.catch_up(&data.store, |_, _| {}).unwrap();
+    semantic
+        .catch_up_until(&data.store, |_, _| {}, || false)
+        .unwrap();
+    assert_eq!(semantic.list_count().unwrap(), Some(16));
+    let page = search(
+        &data,
+        GrepMode::Semantic,
+        "a dog joined our family",
+        Scope::default(),
+        None,
+    );
+    assert_eq!(text_of(&data, page.hits[0].message), FACTS[1]);
+    drop(data);
+
+    // Reopened: the lists are read back, not trained again; a bad size is a clear error.
+    let data = DataDir::open(tmp.path(), &config).unwrap();
+    assert_eq!(
+        data.index.semantic().unwrap().list_count().unwrap(),
+        Some(16)
+    );
+    config.embeddings.lists_from = 8;
+    let refused = config.validate().unwrap_err().to_string();
+    assert!(refused.contains("embeddings.lists_from"), "{refused}");
+}

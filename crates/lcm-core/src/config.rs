@@ -226,6 +226,10 @@ pub struct EmbeddingsConfig {
     pub max_tokens: usize,
     /// Messages embedded per vector-index commit while it catches up with the store.
     pub index_batch: usize,
+    /// Embedded chunks from which the vector index searches through lists (an inverted file:
+    /// an unscoped search reads the quarter of them nearest the query instead of every entry),
+    /// trained anew each time the index has grown fourfold since.
+    pub lists_from: usize,
 }
 
 impl Default for EmbeddingsConfig {
@@ -236,6 +240,7 @@ impl Default for EmbeddingsConfig {
             threads: 0,
             max_tokens: 256,
             index_batch: 2048,
+            lists_from: 200_000,
         }
     }
 }
@@ -246,6 +251,12 @@ impl EmbeddingsConfig {
             return Err(ConfigError::Invalid(
                 "embeddings.batch_size and embeddings.index_batch must be at least 1".into(),
             ));
+        }
+        if self.lists_from < 16 {
+            return Err(ConfigError::Invalid(format!(
+                "embeddings.lists_from must be at least 16 (the fewest lists an index has), got {}",
+                self.lists_from
+            )));
         }
         if !(16..=512).contains(&self.max_tokens) {
             return Err(ConfigError::Invalid(format!(

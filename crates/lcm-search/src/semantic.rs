@@ -100,7 +100,7 @@ impl Semantic {
                         model_dir.display()
                     )
                 })?;
-            let (vectors, opened) = VectorIndex::open(
+            let (mut vectors, opened) = VectorIndex::open(
                 &self.dir,
                 embedder.dimension(),
                 embedder.model_id(),
@@ -110,7 +110,7 @@ impl Semantic {
             if let Opened::Rebuilt(why) = &opened {
                 tracing::info!(%why, "the vector index starts empty and is rebuilt from the store");
             }
-            let (summaries, opened) = VectorIndex::open(
+            let (mut summaries, opened) = VectorIndex::open(
                 &self.dir.join(SUMMARIES_DIR),
                 embedder.dimension(),
                 embedder.model_id(),
@@ -120,6 +120,8 @@ impl Semantic {
             if let Opened::Rebuilt(why) = &opened {
                 tracing::info!(%why, "the summaries' vector index starts empty and is rebuilt from the store");
             }
+            vectors.set_lists_from(self.config.lists_from);
+            summaries.set_lists_from(self.config.lists_from);
             Ok(Loaded {
                 embedder,
                 vectors: RwLock::new(vectors),
@@ -170,6 +172,17 @@ impl Semantic {
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         Ok(summaries.len())
+    }
+
+    /// How many lists the messages' vector index searches through (`None` below
+    /// `embeddings.lists_from` chunks, before its catch-up trained them, or read-only).
+    pub fn list_count(&self) -> Result<Option<usize>> {
+        let loaded = self.loaded()?;
+        let vectors = loaded
+            .vectors
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(vectors.list_count())
     }
 
     /// Embedded chunks of messages (a message has one or more).
@@ -611,6 +624,14 @@ mod tests {
         let v: Vec<f32> = (0..128).map(|_| rng.uniform() as f32 - 0.5).collect();
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         v.into_iter().map(|x| x / norm).collect()
+    }
+
+    #[test]
+    fn the_configured_default_is_the_index_s_own() {
+        assert_eq!(
+            EmbeddingsConfig::default().lists_from,
+            crate::vector_lists::LISTS_FROM
+        );
     }
 
     /// What a catch-up does after each commit: lists once the index reaches `lists_from`

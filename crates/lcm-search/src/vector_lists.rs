@@ -9,7 +9,7 @@
 //!   trained once the index holds [`LISTS_FROM`] entries; later entries join the nearest
 //!   existing list. Once the index has grown fourfold since (twice the lists its size calls
 //!   for: at 800,000 entries, then 3.2 million), the lists are trained anew on every entry
-//!   ([`Lists::due`]): lists trained on what an agent did months ago would hold ever longer
+//!   (`Lists::due`): lists trained on what an agent did months ago would hold ever longer
 //!   lists for what it does now, and miss more (docs/PERFORMANCE.md, "Lists that drift").
 //!   Training (about 10 s at a million entries on two cores) is never part of a commit, which
 //!   holds the index's write lock: the catch-up trains after its commit, under the read lock,
