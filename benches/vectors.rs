@@ -696,10 +696,14 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
         vectors.push(entry, points.point(&mut rng)).expect("push");
         if (i + 1) % COMMIT_EVERY == 0 {
             vectors.commit(message + 1).expect("commit");
+            // As the catch-up does after each commit: lists from 200,000 entries, anew at
+            // 800,000.
+            vectors.update_lists().expect("lists");
         }
     }
     let end = lengths.last().map_or(0, |l| l.0 + 1);
     vectors.commit(end).expect("commit");
+    vectors.update_lists().expect("lists");
     eprintln!(
         "meaning {n}: synthetic vectors written in {:.0} s",
         t.elapsed().as_secs_f64()
