@@ -765,6 +765,36 @@ fn the_catch_up_trains_lists_from_the_configured_size() {
     assert_eq!(text_of(&data, page.hits[0].message), FACTS[1]);
     drop(data);
 
+    // `lcm stats` says so from the index's files (no model loaded).
+    let stats = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lcm"));
+        cmd.arg("--data-dir").arg(tmp.path()).arg("stats");
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.env_remove("LCM_CONFIG").output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json: serde_json::Value = serde_json::from_str(&stats(true)).unwrap();
+    let vectors = &json["vectors"]["messages"];
+    assert_eq!(vectors["entries"], 65, "{json}");
+    assert_eq!(vectors["watermark"], 65);
+    assert_eq!(vectors["lists"], 16);
+    assert!(
+        json["vectors"]["summaries"].is_null(),
+        "no summary embedded: {json}"
+    );
+    let text = stats(false);
+    assert!(
+        text.contains("embedded      65 chunks (watermark msg_65; 16 lists;"),
+        "{text}"
+    );
+
     // Reopened: the lists are read back, not trained again; a bad size is a clear error.
     let data = DataDir::open(tmp.path(), &config).unwrap();
     assert_eq!(

@@ -2,9 +2,10 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use lcm_core::ids::{AnyId, SessionId};
+use lcm_core::ids::{AnyId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Part, Role};
 use lcm_core::time::Timestamp;
+use lcm_search::vectors::VectorIndex;
 use lcm_search::{DataDir, GrepRequest, Scope};
 
 use crate::interrupt::Interrupted;
@@ -264,10 +265,20 @@ pub fn stats(app: &App) -> Result<()> {
     let data = app.open_read_only()?;
     let stats = data.store.stats()?;
     let docs = data.index.num_docs();
+    // The vector indexes as their files say (no model is loaded for this).
+    let vectors_dir = data.path.join(lcm_search::semantic::VECTORS_DIR);
+    let vectors = VectorIndex::summary(&vectors_dir)?;
+    let summary_vectors =
+        VectorIndex::summary(&vectors_dir.join(lcm_search::semantic::SUMMARIES_DIR))?;
     if app.json {
         return print_json(
             app,
-            &serde_json::json!({ "store": stats, "index_documents": docs, "data_dir": app.data_dir }),
+            &serde_json::json!({
+                "store": stats,
+                "index_documents": docs,
+                "vectors": { "messages": vectors, "summaries": summary_vectors },
+                "data_dir": app.data_dir,
+            }),
         );
     }
     outln!(app, "data dir      {}", app.data_dir.display())?;
@@ -280,6 +291,27 @@ pub fn stats(app: &App) -> Result<()> {
         thousands(docs),
         stats.index_watermark
     )?;
+    if let Some(v) = &vectors {
+        outln!(
+            app,
+            "embedded      {} chunks (watermark {}; {}; {})",
+            thousands(v.entries),
+            MessageId(v.watermark),
+            match v.lists {
+                Some(lists) => format!("{} lists", thousands(lists as u64)),
+                None => "no lists yet".to_owned(),
+            },
+            v.model_id
+        )?;
+    }
+    if let Some(v) = &summary_vectors {
+        outln!(
+            app,
+            "  summaries   {} chunks (watermark {})",
+            thousands(v.entries),
+            SummaryId(v.watermark)
+        )?;
+    }
     if let Some(bytes) = stats.file_bytes {
         outln!(
             app,

@@ -249,6 +249,25 @@ impl Lists {
             + self.codes.iter().map(|c| c.capacity() * 8).sum::<usize>()) as u64
     }
 
+    /// How many lists the centroids file in `dir` says it holds (`None` without one), read
+    /// from its header only.
+    pub(crate) fn count_in(dir: &Path) -> Result<Option<usize>> {
+        let path = dir.join(CENTROIDS);
+        let mut header = [0u8; 4];
+        match File::open(&path).and_then(|mut f| f.read_exact(&mut header)) {
+            Ok(()) => Ok(Some(u32::from_le_bytes(header) as usize)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::UnexpectedEof
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(StoreError::io(&path, e)),
+        }
+    }
+
     /// The lists in `dir` for the first `n` entries, completed from `vector` when the list file
     /// is short (and cut when long, if `writable`); `None` when there are none, or none usable.
     pub(crate) fn load<'a>(

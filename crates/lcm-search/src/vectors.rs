@@ -140,6 +140,21 @@ struct Manifest {
     watermark: u64,
 }
 
+/// What a vector index's files say about it, read without its model or its vectors
+/// ([`VectorIndex::summary`]; `lcm stats`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VectorIndexSummary {
+    /// The model that made the vectors.
+    pub model_id: String,
+    pub dimension: usize,
+    /// Committed entries (a message or summary has one a chunk).
+    pub entries: u64,
+    /// Every message (or summary) with an id below this is embedded.
+    pub watermark: u64,
+    /// The lists unscoped searches go through (`None`: every entry is read).
+    pub lists: Option<usize>,
+}
+
 /// How [`VectorIndex::open`] found the directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Opened {
@@ -239,6 +254,31 @@ pub(crate) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
 }
 
 impl VectorIndex {
+    /// What the index in `dir` holds, from its manifest and the header of its centroids:
+    /// `None` when there is no index there, or one of another format (the next writable open
+    /// rebuilds it). Reads a few bytes; no model, no vectors.
+    pub fn summary(dir: &Path) -> Result<Option<VectorIndexSummary>> {
+        let path = dir.join(MANIFEST);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::io(&path, e)),
+        };
+        let Ok(manifest) = serde_json::from_slice::<Manifest>(&bytes) else {
+            return Ok(None);
+        };
+        if manifest.format != FORMAT {
+            return Ok(None);
+        }
+        Ok(Some(VectorIndexSummary {
+            model_id: manifest.model_id,
+            dimension: manifest.dimension,
+            entries: manifest.entries,
+            watermark: manifest.watermark,
+            lists: Lists::count_in(dir)?,
+        }))
+    }
+
     /// Opens the index in `dir` for vectors of `dimension` from `model_id`, creating it if
     /// absent (see [`Opened`]). Not `writable` (a read-only data directory), nothing is
     /// written: an index that is absent or must be rebuilt opens empty, in memory only.
