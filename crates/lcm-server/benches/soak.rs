@@ -21,7 +21,11 @@
 //! `LCM_SOAK_MODEL_MS` (10, the scripted model's latency), `LCM_SOAK_CACHE_MIB` (256, the
 //! store's page cache, `[storage] cache_mib`) change the shape; `LCM_BIN` names the
 //! binary to run (default: the `lcm` of the profile's output directory, `target/release/lcm`
-//! for the `bench` profile).
+//! for the `bench` profile). `LCM_SOAK_EMBED_MODEL=DIR` (a sentence-transformers directory,
+//! e.g. from `../shared/tools/embed-model`) turns the embeddings on, with the vector index's
+//! lists from `LCM_SOAK_LISTS_FROM` (1,000) chunks: the background embedding, its lists and
+//! their retraining run under the load, and the end checks include the vector index (`lcm
+//! doctor` checks it against the store).
 
 // The integration tests' helpers, of which the soak uses the load generator.
 #[path = "../tests/it/common/mod.rs"]
@@ -206,18 +210,31 @@ fn main() {
             .map(|i| format!("{}\n", json!({"id": i, "word": format!("w{i}")})))
             .collect();
         std::fs::write(root.join("items.jsonl"), items).expect("map input");
+        let embeddings = match std::env::var_os("LCM_SOAK_EMBED_MODEL") {
+            Some(model) => format!(
+                "\n[embeddings]\nmodel_dir = {:?}\nlists_from = {}\n",
+                PathBuf::from(model).display().to_string(),
+                env("LCM_SOAK_LISTS_FROM", 1_000)
+            ),
+            None => String::new(),
+        };
         // Small compaction chunks: every session compacts many times during the soak.
         let config = format!(
             "[llm]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"soak-model\"\n\n\
              [compaction]\nfresh_tail = 8\nleaf_chunk_tokens = 600\nleaf_target_tokens = 120\n\n\
              [map]\nallowed_roots = [\"{}\"]\n\n\
-             [storage]\ncache_mib = {cache_mib}\n",
+             [storage]\ncache_mib = {cache_mib}\n{embeddings}",
             upstream.url(),
             root.display()
         );
         std::fs::write(data.join("config.toml"), config).expect("config");
 
-        let child = Command::new(&binary)
+        let mut command = Command::new(&binary);
+        if !embeddings.is_empty() {
+            // The vector index says when it trains its lists (at info).
+            command.env("LCM_LOG", "warn,lcm_search=info");
+        }
+        let child = command
             .arg("--data-dir")
             .arg(&data)
             .args(["serve", "--bind", "127.0.0.1:0"])
@@ -508,6 +525,24 @@ fn main() {
         }
         let doctor_out = String::from_utf8_lossy(&doctor.stdout);
         println!("lcm doctor: {}", doctor_out.lines().take(6).collect::<Vec<_>>().join(" | "));
+        if !embeddings.is_empty() {
+            let stats = Command::new(&binary)
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["stats", "--json"])
+                .env_remove("LCM_CONFIG")
+                .output()
+                .expect("lcm stats");
+            let stats: Value = serde_json::from_slice(&stats.stdout).unwrap_or(Value::Null);
+            let trainings = log
+                .lock()
+                .map(|l| l.iter().filter(|line| line.contains("training the vector index's lists")).count())
+                .unwrap_or(0);
+            println!(
+                "vectors: {} (lists trained {trainings} times during the run)",
+                stats["vectors"]
+            );
+        }
         if !status.success() {
             let log = log.lock().map(|l| l.join("\n")).unwrap_or_default();
             println!("daemon log:\n{log}");
