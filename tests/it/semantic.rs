@@ -805,3 +805,55 @@ fn the_catch_up_trains_lists_from_the_configured_size() {
     let refused = config.validate().unwrap_err().to_string();
     assert!(refused.contains("embeddings.lists_from"), "{refused}");
 }
+
+/// A backlog of messages does not hold the summaries back: each turn of a catch-up embeds a
+/// batch of messages and then a batch of summaries (before, every message came first, so a
+/// load faster than the model kept the summaries out of search by meaning).
+#[tokio::test]
+async fn a_backlog_of_messages_does_not_hold_the_summaries_back() {
+    use lcm::core::config::CompactionConfig;
+    use lcm::engine::compact;
+    use lcm::llm::extractive::ExtractiveSummarizer;
+
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.embeddings.model_dir = Some(model);
+    config.embeddings.index_batch = 10;
+    let data = DataDir::open(tmp.path(), &config).unwrap();
+    let session = data.store.create_session("long", None).unwrap();
+    let batch: Vec<NewMessage> = (0..60)
+        .map(|i| NewMessage::text(Role::User, filler(i)))
+        .collect();
+    data.store.append_batch(session, batch).unwrap();
+    let compaction = CompactionConfig {
+        fresh_tail: 4,
+        leaf_chunk_tokens: 300,
+        leaf_target_tokens: 80,
+        ..CompactionConfig::default()
+    };
+    let summarizer = ExtractiveSummarizer::new(data.store.counter());
+    compact(&data.store, session, 400, &compaction, &summarizer, |_| {})
+        .await
+        .unwrap();
+    let summaries = data.store.next_summary_id().unwrap().0;
+    assert!(summaries >= 2, "{summaries} summaries");
+
+    let semantic = data.index.semantic().unwrap();
+    let embedded = semantic
+        .catch_up_until(&data.store, |_, _| {}, || true)
+        .unwrap();
+    assert_eq!(semantic.watermark().unwrap().0, 10, "one batch of messages");
+    let first = semantic.summary_watermark().unwrap().0;
+    assert_eq!(first, summaries.min(10), "and one of summaries");
+    assert_eq!(embedded, 10 + first);
+
+    semantic
+        .catch_up_until(&data.store, |_, _| {}, || false)
+        .unwrap();
+    assert_eq!(semantic.watermark().unwrap().0, 60);
+    assert_eq!(semantic.summary_watermark().unwrap().0, summaries);
+    assert!(!semantic.is_behind(&data.store).unwrap());
+}

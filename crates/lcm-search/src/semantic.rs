@@ -195,10 +195,13 @@ impl Semantic {
         Ok(vectors.len())
     }
 
-    /// Embeds every message from the watermark to the store's end, committing every
-    /// `index_batch` messages, then every summary from the summaries' watermark on;
-    /// `progress(done, total)` after each commit (messages and summaries counted together);
-    /// stops after a commit when `stop()` says so. Returns the messages and summaries embedded.
+    /// Embeds every message from the watermark to the store's end and every summary from the
+    /// summaries' watermark on, in turns: a commit of up to `index_batch` messages, then one of
+    /// up to 256 summaries, and so on (a long backlog of messages, such as an import or a load
+    /// faster than the model, does not keep the summaries, which contexts show, from being
+    /// found by meaning until it is through). `progress(done, total)` after each commit
+    /// (messages and summaries counted together); stops after a turn when `stop()` says so.
+    /// Returns the messages and summaries embedded.
     pub fn catch_up_until(
         &self,
         store: &impl RecordSource,
@@ -220,25 +223,23 @@ impl Semantic {
         let summaries_end = store.next_summary_id()?.0;
         let total = end.saturating_sub(start) + summaries_end.saturating_sub(summaries_start);
         let mut done = 0u64;
-        let mut from = start;
-        while from < end {
-            let to = (from + self.config.index_batch as u64).min(end);
-            self.embed_range(loaded, store, from, to)?;
-            done += to - from;
-            from = to;
-            progress(done, total);
-            if stop() {
-                return Ok(done);
+        let (mut from, mut summaries_from) = (start, summaries_start);
+        let summary_batch = (self.config.index_batch as u64).clamp(1, SUMMARY_BATCH);
+        while from < end || summaries_from < summaries_end {
+            if from < end {
+                let to = (from + self.config.index_batch as u64).min(end);
+                self.embed_range(loaded, store, from, to)?;
+                done += to - from;
+                from = to;
+                progress(done, total);
             }
-        }
-        let mut from = summaries_start;
-        let batch = (self.config.index_batch as u64).clamp(1, SUMMARY_BATCH);
-        while from < summaries_end {
-            let to = (from + batch).min(summaries_end);
-            self.embed_summaries(loaded, store, from, to)?;
-            done += to - from;
-            from = to;
-            progress(done, total);
+            if summaries_from < summaries_end {
+                let to = (summaries_from + summary_batch).min(summaries_end);
+                self.embed_summaries(loaded, store, summaries_from, to)?;
+                done += to - summaries_from;
+                summaries_from = to;
+                progress(done, total);
+            }
             if stop() {
                 break;
             }
