@@ -138,24 +138,26 @@ impl Semantic {
         Ok(&self.loaded()?.embedder)
     }
 
+    /// `f` of the messages' vector index, under its read lock.
+    fn read_messages<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Result<T> {
+        let index = self.loaded()?.vectors.read();
+        Ok(f(&index.unwrap_or_else(PoisonError::into_inner)))
+    }
+
+    /// `f` of the summaries' vector index, under its read lock.
+    fn read_summaries<T>(&self, f: impl FnOnce(&VectorIndex) -> T) -> Result<T> {
+        let index = self.loaded()?.summaries.read();
+        Ok(f(&index.unwrap_or_else(PoisonError::into_inner)))
+    }
+
     /// Every message below this id is embedded.
     pub fn watermark(&self) -> Result<MessageId> {
-        let loaded = self.loaded()?;
-        let vectors = loaded
-            .vectors
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(MessageId(vectors.watermark()))
+        self.read_messages(|v| MessageId(v.watermark()))
     }
 
     /// Every summary below this id is embedded.
     pub fn summary_watermark(&self) -> Result<SummaryId> {
-        let loaded = self.loaded()?;
-        let summaries = loaded
-            .summaries
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(SummaryId(summaries.watermark()))
+        self.read_summaries(|v| SummaryId(v.watermark()))
     }
 
     /// Whether messages or summaries of `store` are not embedded yet.
@@ -166,33 +168,18 @@ impl Semantic {
 
     /// Embedded chunks of summaries.
     pub fn summary_chunk_count(&self) -> Result<usize> {
-        let loaded = self.loaded()?;
-        let summaries = loaded
-            .summaries
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(summaries.len())
+        self.read_summaries(VectorIndex::len)
     }
 
     /// How many lists the messages' vector index searches through (`None` below
     /// `embeddings.lists_from` chunks, before its catch-up trained them, or read-only).
     pub fn list_count(&self) -> Result<Option<usize>> {
-        let loaded = self.loaded()?;
-        let vectors = loaded
-            .vectors
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(vectors.list_count())
+        self.read_messages(VectorIndex::list_count)
     }
 
     /// Embedded chunks of messages (a message has one or more).
     pub fn chunk_count(&self) -> Result<usize> {
-        let loaded = self.loaded()?;
-        let vectors = loaded
-            .vectors
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(vectors.len())
+        self.read_messages(VectorIndex::len)
     }
 
     /// Embeds every message from the watermark to the store's end and every summary from the
@@ -374,11 +361,7 @@ impl Semantic {
             before: scope.before.map(|t| t.0),
             messages,
         };
-        let vectors = loaded
-            .vectors
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(vectors.search(&query, k, &filter))
+        self.read_messages(|v| v.search(&query, k, &filter))
     }
 
     /// The `k` embedded summaries nearest `query` in meaning, best first (by their best
@@ -398,11 +381,7 @@ impl Semantic {
             messages: summaries,
             ..VectorFilter::default()
         };
-        let index = loaded
-            .summaries
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(index.search(&query, k, &filter))
+        self.read_summaries(|v| v.search(&query, k, &filter))
     }
 }
 
