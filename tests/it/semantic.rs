@@ -735,8 +735,7 @@ fn the_catch_up_trains_lists_from_the_configured_size() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = Config::default();
-    config.embeddings.model_dir = Some(model);
+    let mut config = common::config_with_embeddings(&model);
     config.embeddings.lists_from = 60;
     config.embeddings.index_batch = 30;
     let (data, _, _) = filled(tmp.path(), &config);
@@ -819,8 +818,7 @@ async fn a_backlog_of_messages_does_not_hold_the_summaries_back() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = Config::default();
-    config.embeddings.model_dir = Some(model);
+    let mut config = common::config_with_embeddings(&model);
     config.embeddings.index_batch = 10;
     let data = DataDir::open(tmp.path(), &config).unwrap();
     let session = data.store.create_session("long", None).unwrap();

@@ -213,6 +213,9 @@ pub trait CompactionObserver {
     fn after_apply(&mut self, _pass: &PassReport) {}
 }
 
+/// Nobody watches: `&mut ()` for a run without progress reports.
+impl CompactionObserver for () {}
+
 struct ProgressObserver<F>(F);
 
 impl<F: FnMut(&PassReport)> CompactionObserver for ProgressObserver<F> {

@@ -8,7 +8,7 @@ use lcm_core::ids::{MessageId, SessionId};
 use lcm_core::message::{NewMessage, Role};
 use lcm_core::summary::NodeRef;
 use lcm_core::time::Timestamp;
-use lcm_engine::compaction::{CompactionObserver, compact_shared};
+use lcm_engine::compaction::compact_shared;
 use lcm_llm::Summarizer;
 use lcm_search::DataDir;
 
@@ -83,7 +83,7 @@ pub async fn store_and_compact(
             budget,
             &config,
             summarizer,
-            &mut NoObserver,
+            &mut (),
         )
         .await
         .map_err(|e| EvalError::Compaction(e.to_string()))?;
@@ -116,11 +116,6 @@ pub async fn store_and_compact(
         facts: task.planted.len(),
     })
 }
-
-/// A compaction run nobody watches.
-struct NoObserver;
-
-impl CompactionObserver for NoObserver {}
 
 /// Runs store and index work on tokio's blocking pool (a panic there is the caller's).
 pub(crate) async fn blocking<T: Send + 'static>(

@@ -83,11 +83,6 @@ impl Lists {
         self.members.iter().map(Vec::len).max().unwrap_or(0)
     }
 
-    /// How many entries the lists hold.
-    pub(crate) fn entries(&self) -> usize {
-        self.assignment.len()
-    }
-
     /// How many lists a search reads: a quarter. On real embeddings (benches/vectors.rs,
     /// `real`) a sixteenth lost 6-7% of the exact top ten, an eighth 3%, a quarter 1%.
     pub(crate) fn probes(&self) -> usize {

@@ -253,18 +253,24 @@ pub(crate) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
 }
 
+/// The manifest in `dir`: `None` without one, `Some(Err(why))` when it does not parse.
+fn read_manifest(dir: &Path) -> Result<Option<std::result::Result<Manifest, String>>> {
+    let path = dir.join(MANIFEST);
+    match std::fs::read(&path) {
+        Ok(bytes) => Ok(Some(
+            serde_json::from_slice::<Manifest>(&bytes).map_err(|e| e.to_string()),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::io(&path, e)),
+    }
+}
+
 impl VectorIndex {
     /// What the index in `dir` holds, from its manifest and the header of its centroids:
     /// `None` when there is no index there, or one of another format (the next writable open
     /// rebuilds it). Reads a few bytes; no model, no vectors.
     pub fn summary(dir: &Path) -> Result<Option<VectorIndexSummary>> {
-        let path = dir.join(MANIFEST);
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(StoreError::io(&path, e)),
-        };
-        let Ok(manifest) = serde_json::from_slice::<Manifest>(&bytes) else {
+        let Some(Ok(manifest)) = read_manifest(dir)? else {
             return Ok(None);
         };
         if manifest.format != FORMAT {
@@ -313,15 +319,10 @@ impl VectorIndex {
             pending: Vec::new(),
             writable,
         };
-        let manifest_path = dir.join(MANIFEST);
-        let manifest = match std::fs::read(&manifest_path) {
-            Ok(bytes) => serde_json::from_slice::<Manifest>(&bytes).map_err(|e| e.to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let index = empty();
-                index.truncate_files(0)?;
-                return Ok((index, Opened::New));
-            }
-            Err(e) => return Err(StoreError::io(&manifest_path, e)),
+        let Some(manifest) = read_manifest(dir)? else {
+            let index = empty();
+            index.truncate_files(0)?;
+            return Ok((index, Opened::New));
         };
         let why = match &manifest {
             Err(e) => Some(format!("unreadable manifest: {e}")),
@@ -859,7 +860,7 @@ impl VectorIndex {
             mut lists,
             generation,
         } = trained;
-        if generation != self.generation || lists.entries() > n {
+        if generation != self.generation {
             return Ok(());
         }
         lists.assign_up_to(n, &self.vector_source(), self.codes());

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use super::shared::SharedRef;
 use crate::agent::ConversationWindow;
 use crate::assembly::{AssembledContext, ContextItem, assemble, system_prompt_tokens};
-use crate::compaction::{CompactionObserver, compact_shared, effective_budget, needs_compaction};
+use crate::compaction::{compact_shared, effective_budget, needs_compaction};
 
 /// How far the storing of a sub-agent's turns has got: the window waits for every turn of a
 /// step to be in the session before it assembles.
@@ -61,9 +61,6 @@ pub(crate) struct SessionWindow {
     pub(crate) stored: Arc<StoredTurns>,
 }
 
-struct Quiet;
-impl CompactionObserver for Quiet {}
-
 #[async_trait]
 impl ConversationWindow for SessionWindow {
     async fn view(&self, turns: &[ChatTurn]) -> Result<Vec<ChatTurn>, String> {
@@ -96,7 +93,7 @@ impl ConversationWindow for SessionWindow {
                 room,
                 &config.compaction,
                 self.shared.summarizer.as_ref(),
-                &mut Quiet,
+                &mut (),
             )
             .await
             .map_err(|e| format!("compacting the sub-agent's session: {e}"))?;
