@@ -14,7 +14,8 @@
 //! cores; search cost does not depend on what the vectors mean), and queries of corpus words
 //! through `grep`: each semantic or hybrid query embeds its text with the real model
 //! (all-MiniLM-L6-v2, `../shared/tools/embed-model/setup.sh`), searches and renders a page of
-//! 10 hits. Without the model this part says so and measures nothing.
+//! 10 hits; hybrid's lift by neighbouring turns is also timed alone. Without the model this
+//! part says so and measures nothing.
 //!
 //! **Real embeddings** (`real`): what the lists keep on vectors of real text rather than
 //! clusters: about 26,000 texts of `../shared/data` (transcript lines, TREC questions, LoCoMo
@@ -39,7 +40,6 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use groups::wanted;
-use lcm::SessionId;
 use lcm::core::config::Config;
 use lcm::core::message::search_text;
 use lcm::core::rng::SplitMix64;
@@ -47,7 +47,8 @@ use lcm::search::semantic::VECTORS_DIR;
 use lcm::search::vectors::{
     OVERSAMPLE, Opened, VectorEntry, VectorFilter, VectorIndex, oversample_for,
 };
-use lcm::search::{DataDir, GrepMode, GrepRequest, Scope, grep};
+use lcm::search::{DataDir, Fused, GrepMode, GrepRequest, Scope, grep, lifted_by_neighbours};
+use lcm::{MessageId, SessionId};
 
 const DIM: usize = 384;
 const CENTRES: usize = 1_000;
@@ -798,6 +799,30 @@ fn grep_fixtures() -> &'static Vec<(usize, GrepFixture)> {
                         hits as f64 / QUERIES as f64
                     );
                 }
+                // Hybrid's lift by neighbouring turns, alone: a pool of 200 candidates
+                // anywhere in the store (each a row lookup of its own, the worst case).
+                let mut rng = SplitMix64::new(11);
+                let stored = f.data.store.next_message_id().expect("next id").0;
+                let mut times = Vec::with_capacity(QUERIES);
+                for _ in 0..QUERIES {
+                    let mut pool: Vec<Fused<MessageId>> = (0..2 * lcm::search::HYBRID_POOL)
+                        .map(|_| Fused {
+                            id: MessageId(rng.below(stored)),
+                            score: rng.uniform() as f32,
+                            by_words: true,
+                            chunk: None,
+                        })
+                        .collect();
+                    let t = Instant::now();
+                    let reader = f.data.store.reader().expect("reader");
+                    lifted_by_neighbours(&reader, &mut pool).expect("lift");
+                    times.push(t.elapsed());
+                }
+                let (p50, p99) = percentiles(times);
+                eprintln!(
+                    "meaning {n}: of hybrid, lifting 200 candidates by their neighbours: \
+                     p50 {p50:.3} ms, p99 {p99:.3} ms"
+                );
                 let embedder = f
                     .data
                     .index

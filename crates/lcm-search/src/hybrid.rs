@@ -7,13 +7,22 @@
 //! the LoCoMo development set, this finds more evidence in the first ten hits than reciprocal
 //! rank fusion (k = 60), which ranks a message found by one side alone far down however
 //! strongly that side found it (docs/PERFORMANCE.md, "Hybrid recall").
+//!
+//! **Neighbours.** A hybrid ranking of messages then lifts each candidate by
+//! [`NEIGHBOUR_WEIGHT`] times the fused score of its better neighbour among the candidates:
+//! the message just before or just after it in its session. What is remembered is often split
+//! over two turns (a question and its answer, a remark and the reply naming it), and the turn
+//! that holds the answer is the one the words or the meaning found less well. Only
+//! candidates lift each other, so the scope (which chose them) still decides what can be a
+//! hit.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
 
 use lcm_core::config::SearchConfig;
-use lcm_core::ids::MessageId;
+use lcm_core::ids::{MessageId, SessionId};
 use lcm_store::error::{Result, StoreError};
-use lcm_store::records::{RecordReader, RecordSource};
+use lcm_store::records::{RecordReader, RecordSource, RecordView};
 
 use crate::grep::{
     Cursor, GrepHit, GrepMode, GrepPage, GrepRequest, Strategy, no_embeddings_error, snippet,
@@ -22,6 +31,11 @@ use crate::index::SearchIndex;
 
 /// Messages each side of a hybrid search ranks (at least).
 pub const POOL: usize = 100;
+
+/// The share of its better neighbour's fused score a message gains in a hybrid ranking (see
+/// the module doc). Measured on the LoCoMo development set, any weight from 0.4 to 0.8 finds
+/// about the same; 1 lets a neighbour tie the message that was found.
+pub const NEIGHBOUR_WEIGHT: f32 = 0.5;
 
 /// One fused candidate: a message (or, for summaries, a summary) and its fused score.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,8 +93,46 @@ pub fn fuse<K: Copy + Eq + Ord + std::hash::Hash>(
         entry.chunk = Some(chunk);
     }
     let mut out: Vec<Fused<K>> = fused.into_values().collect();
-    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+    best_first(&mut out);
     out
+}
+
+/// Sorts by score, best first, ties by id.
+fn best_first<K: Ord>(fused: &mut [Fused<K>]) {
+    fused.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+}
+
+/// Lifts each fused message by [`NEIGHBOUR_WEIGHT`] times the score of its better neighbour
+/// among `fused` (the messages one before and one after it in its session), from the scores
+/// as fused, and sorts again. A message the reader does not have is left as it is.
+pub fn lifted_by_neighbours<R: RecordReader>(
+    reader: &R,
+    fused: &mut [Fused<MessageId>],
+) -> Result<()> {
+    let mut ids: Vec<MessageId> = fused.iter().map(|f| f.id).collect();
+    ids.sort_unstable();
+    let mut place: HashMap<MessageId, (SessionId, u64)> = HashMap::with_capacity(ids.len());
+    reader.records_of(ids, |id, record| {
+        let view = RecordView::read(record)?;
+        place.insert(id, (view.session(), view.seq()));
+        Ok(ControlFlow::Continue(()))
+    })?;
+    let score_at: HashMap<(SessionId, u64), f32> = fused
+        .iter()
+        .filter_map(|f| Some((*place.get(&f.id)?, f.score)))
+        .collect();
+    for f in fused.iter_mut() {
+        let Some(&(session, seq)) = place.get(&f.id) else {
+            continue;
+        };
+        let at = |seq: Option<u64>| {
+            seq.and_then(|seq| score_at.get(&(session, seq)).copied())
+                .unwrap_or(0.0)
+        };
+        f.score += NEIGHBOUR_WEIGHT * at(seq.checked_sub(1)).max(at(seq.checked_add(1)));
+    }
+    best_first(fused);
+    Ok(())
 }
 
 /// A page of a semantic or hybrid search (see [`crate::grep::grep`]).
@@ -116,7 +168,7 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
             .map(|h| (MessageId(h.message), h.score, h.chunk))
             .collect())
     };
-    let (ranked, strategy) = if hybrid {
+    let (mut ranked, strategy) = if hybrid {
         // The words' side runs beside the model embedding the query (the longest step).
         let (meaning, words) = std::thread::scope(|s| {
             let words = s.spawn(|| index.full_text(&request.pattern, scope, 0, wanted.max(POOL)));
@@ -139,9 +191,12 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
             .collect();
         (alone, Strategy::Semantic)
     };
+    let reader = store.reader()?;
+    if hybrid {
+        lifted_by_neighbours(&reader, &mut ranked)?;
+    }
     let more = ranked.len() > offset + limit;
     let terms = query_terms(index, &request.pattern)?;
-    let reader = store.reader()?;
     let mut hits = Vec::with_capacity(limit);
     for f in ranked.iter().skip(offset).take(limit) {
         let Some(m) = reader.try_message(f.id)? else {
@@ -247,5 +302,66 @@ mod tests {
         assert!(!fused[3].by_words && fused[3].chunk == Some((5, 9)));
         assert_eq!(fused[2].chunk, None);
         assert!(fuse::<MessageId>(&[], &[]).is_empty());
+    }
+
+    fn candidate(id: MessageId, score: f32) -> Fused<MessageId> {
+        Fused {
+            id,
+            score,
+            by_words: true,
+            chunk: None,
+        }
+    }
+
+    /// Two sessions appended turn by turn, so a message's id is next to the other session's:
+    /// only the turns before and after it in its own session lift it.
+    #[test]
+    fn a_message_is_lifted_by_its_neighbours_in_its_session_only() {
+        use lcm_core::message::{NewMessage, Role};
+        let store = lcm_store::Store::open_in_memory(lcm_store::store::StoreOptions::new(
+            lcm_core::tokens::TokenCounter::new(lcm_core::tokens::Encoding::O200kBase),
+        ))
+        .unwrap();
+        let (a, b) = (
+            store.create_session("a", None).unwrap(),
+            store.create_session("b", None).unwrap(),
+        );
+        let (mut in_a, mut in_b) = (Vec::new(), Vec::new());
+        for turn in 0..5 {
+            for (session, ids) in [(a, &mut in_a), (b, &mut in_b)] {
+                let text = format!("turn {turn}");
+                ids.push(
+                    store
+                        .append(session, NewMessage::text(Role::User, text))
+                        .unwrap()
+                        .id,
+                );
+            }
+        }
+        // in_a[2] is found well; in_a[3] (its next turn), in_a[0] (two turns away) and in_b[1]
+        // (the id just before in_a[2], in the other session) equally weakly.
+        assert_eq!(in_b[1].0 + 1, in_a[2].0);
+        let gone = MessageId(in_b[4].0 + 100);
+        let mut fused = vec![
+            candidate(in_a[0], 0.2),
+            candidate(in_b[1], 0.2),
+            candidate(in_a[2], 1.0),
+            candidate(in_a[3], 0.2),
+            candidate(gone, 0.3),
+        ];
+        lifted_by_neighbours(&store.reader().unwrap(), &mut fused).unwrap();
+        let order: Vec<MessageId> = fused.iter().map(|f| f.id).collect();
+        assert_eq!(order, [in_a[2], in_a[3], gone, in_a[0], in_b[1]]);
+        let score = |id| fused.iter().find(|f| f.id == id).unwrap().score;
+        // Each from the scores as fused: in_a[2] gains half of in_a[3]'s 0.2, not of its
+        // lifted 0.7.
+        assert!((score(in_a[2]) - 1.1).abs() < 1e-6);
+        assert!((score(in_a[3]) - 0.7).abs() < 1e-6);
+        assert!((score(in_a[0]) - 0.2).abs() < 1e-6);
+        assert!((score(in_b[1]) - 0.2).abs() < 1e-6);
+        assert!(
+            (score(gone) - 0.3).abs() < 1e-6,
+            "a message not stored is left as it is"
+        );
     }
 }
