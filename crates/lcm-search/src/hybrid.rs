@@ -2,11 +2,12 @@
 //! embeddings, fused), with the scope applied before ranking and pages by offset.
 //!
 //! **Fusion.** Each side ranks a pool of its best [`POOL`] messages (more when a later page
-//! needs them); each side's scores are rescaled to 0..1 over its pool (min-max), and a message
-//! scores the mean of its two rescaled scores (0 on a side that did not find it). Measured on
-//! the LoCoMo development set, this finds more evidence in the first ten hits than reciprocal
-//! rank fusion (k = 60), which ranks a message found by one side alone far down however
-//! strongly that side found it (docs/PERFORMANCE.md, "Hybrid recall").
+//! needs them); each side's scores are rescaled over its pool to standard deviations above the
+//! pool's lowest, and a message scores the mean of its two rescaled scores (0 on a side that
+//! did not find it). Measured on the LoCoMo development set, this finds more evidence in the
+//! first ten hits than reciprocal rank fusion (k = 60), which ranks a message found by one
+//! side alone far down however strongly that side found it, and a little more than rescaling
+//! to 0..1 by the pool's range (docs/PERFORMANCE.md, "Hybrid recall").
 //!
 //! **Neighbours.** A hybrid ranking of messages then lifts each candidate by
 //! [`NEIGHBOUR_WEIGHT`] times the fused score of its better neighbour among the candidates:
@@ -51,13 +52,20 @@ pub struct Fused<K> {
 /// A message found by meaning: its id, cosine similarity and best chunk.
 type Meaning = (MessageId, f32, (u32, u32));
 
-/// Min-max rescaled scores of one ranked list (all 1 when every score is equal).
+/// Scores of one ranked list rescaled to standard deviations above its lowest: `(s - lo) / sd`
+/// over the list (all 1 when every score is equal). The spread of the whole list sets the
+/// scale, where a range (min-max) would let one outlying top score squeeze every other.
 fn rescaled(scores: impl Iterator<Item = f32> + Clone) -> impl Fn(f32) -> f32 {
-    let (lo, hi) = scores.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), s| {
-        (lo.min(s), hi.max(s))
-    });
+    let (n, sum, lo) = scores
+        .clone()
+        .fold((0usize, 0f64, f32::INFINITY), |(n, sum, lo), s| {
+            (n + 1, sum + f64::from(s), lo.min(s))
+        });
+    let mean = sum / n.max(1) as f64;
+    let variance = scores.map(|s| (f64::from(s) - mean).powi(2)).sum::<f64>() / n.max(1) as f64;
+    let sd = variance.sqrt() as f32;
     move |s| {
-        if hi > lo { (s - lo) / (hi - lo) } else { 1.0 }
+        if sd > 0.0 { (s - lo) / sd } else { 1.0 }
     }
 }
 
@@ -289,19 +297,51 @@ mod tests {
             (MessageId(3), 1.0),
         ];
         let meaning = [
-            (MessageId(3), 0.9, (0, 5)),
+            (MessageId(3), 0.8, (0, 5)),
             (MessageId(4), 0.7, (5, 9)),
             (MessageId(1), 0.5, (0, 3)),
         ];
         let fused = fuse(&words, &meaning);
         let order: Vec<u64> = fused.iter().map(|f| f.id.0).collect();
-        // 1: (1 + 0)/2; 3: (0 + 1)/2; 2: (0.5 + 0)/2; 4: (0 + 0.5)/2. Ties by id.
-        assert_eq!(order, [1, 3, 2, 4]);
-        assert!((fused[0].score - 0.5).abs() < 1e-6);
+        // Words: mean 5, sd sqrt(32/3); meaning: mean 2/3, sd sqrt(0.14/9). 1: (8 / sd_w + 0)
+        // / 2 = 1.2247; 3: (0 + 0.3 / sd_m) / 2 = 1.2027; 4: 0.2 / sd_m / 2 = 0.8018;
+        // 2: 4 / sd_w / 2 = 0.6124.
+        assert_eq!(order, [1, 3, 4, 2]);
+        let (sd_w, sd_m) = ((32.0f32 / 3.0).sqrt(), (0.14f32 / 9.0).sqrt());
+        let expected = [
+            8.0 / sd_w / 2.0,
+            0.3 / sd_m / 2.0,
+            0.2 / sd_m / 2.0,
+            4.0 / sd_w / 2.0,
+        ];
+        for (f, want) in fused.iter().zip(expected) {
+            assert!(
+                (f.score - want).abs() < 1e-4,
+                "{}: {} != {want}",
+                f.id.0,
+                f.score
+            );
+        }
         assert!(fused[0].by_words && fused[0].chunk == Some((0, 3)));
-        assert!(!fused[3].by_words && fused[3].chunk == Some((5, 9)));
-        assert_eq!(fused[2].chunk, None);
+        assert!(!fused[2].by_words && fused[2].chunk == Some((5, 9)));
+        assert_eq!(fused[3].chunk, None);
         assert!(fuse::<MessageId>(&[], &[]).is_empty());
+    }
+
+    #[test]
+    fn scores_are_rescaled_to_standard_deviations_above_the_lowest() {
+        // Mean 3.25, standard deviation sqrt(15.6875): one outlying top score does not squeeze
+        // the others to the bottom as a range would (2 is 0.2 of the range).
+        let scores = [10.0f32, 2.0, 1.0, 0.0];
+        let sd = 15.6875f32.sqrt();
+        let scale = rescaled(scores.iter().copied());
+        for s in scores {
+            assert!((scale(s) - s / sd).abs() < 1e-6, "{s}: {}", scale(s));
+        }
+        assert!(scale(2.0) > 0.5);
+        // Equal scores (or a single one) are all 1.
+        assert_eq!(rescaled([3.0f32, 3.0].into_iter())(3.0), 1.0);
+        assert_eq!(rescaled([0.4f32].into_iter())(0.4), 1.0);
     }
 
     fn candidate(id: MessageId, score: f32) -> Fused<MessageId> {
