@@ -534,9 +534,10 @@ fn main() {
                 .output()
                 .expect("lcm stats");
             let stats: Value = serde_json::from_slice(&stats.stdout).unwrap_or(Value::Null);
+            let training = |line: &&String| line.contains("training the vector index's lists");
             let trainings = log
                 .lock()
-                .map(|l| l.iter().filter(|line| line.contains("training the vector index's lists")).count())
+                .map(|l| l.iter().filter(training).count())
                 .unwrap_or(0);
             println!(
                 "vectors: {} (lists trained {trainings} times during the run)",
