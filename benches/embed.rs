@@ -1,6 +1,7 @@
 //! Sentence embeddings in process (`lcm-embed`, all-MiniLM-L6-v2 on the CPU): throughput on the
 //! first 512 text messages (all there are, if fewer) of the real Claude Code sessions, each cut to what the model reads
-//! (its first chunk: at most 254 word pieces), embedded in batches of 32.
+//! (its first chunk: at most 254 word pieces), embedded in batches of 32, alone and as the
+//! vector index's catch-up embeds them (followed by the head of the message before).
 //!
 //! Needs `../shared/tools/embed-model/setup.sh` (the model) and `../shared/data/transcripts`;
 //! without either it says so and measures nothing. Before criterion runs, one timed pass per
@@ -16,6 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use lcm::search::semantic::{CONTEXT_TOKENS, first_chunk_text};
 use lcm_embed::{EmbedOptions, Embedder};
 
 /// Messages embedded per iteration.
@@ -136,9 +138,28 @@ fn embed(c: &mut Criterion) {
             .count(),
     );
 
+    // What the catch-up embeds: each first chunk followed by the head of the message before it.
+    let with_context: Vec<String> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, chunk)| {
+            let before = i.checked_sub(1).map_or("", |b| texts[b].as_str());
+            let head = model.head(before, CONTEXT_TOKENS).expect("head");
+            first_chunk_text(chunk, head)
+        })
+        .collect();
+    let with_context: Vec<&str> = with_context.iter().map(String::as_str).collect();
+    let context_bytes: usize = with_context.iter().map(|t| t.len()).sum();
+
     let mut models = vec![(format!("threads_{}", model.threads()), model)];
     let (name, model) = &models[0];
     timed_pass(name, model, &inputs, bytes);
+    timed_pass(
+        &format!("{name}/with_context"),
+        model,
+        &with_context,
+        context_bytes,
+    );
     eprintln!(
         "resident memory: {before:.1} MiB before loading, {loaded:.1} MiB with the model loaded, \
          {:.1} MiB after a pass (peak {:.1} MiB)",
@@ -159,6 +180,15 @@ fn embed(c: &mut Criterion) {
             |b| b.iter(|| model.embed(&inputs).expect("embed")),
         );
     }
+    // The same messages as the catch-up embeds them (bytes: the messages' own, as above).
+    let (name, model) = &models[0];
+    group.bench_function(
+        format!(
+            "minilm_l6/{}_messages_with_context_batch_{BATCH}/{name}",
+            inputs.len()
+        ),
+        |b| b.iter(|| model.embed(&with_context).expect("embed")),
+    );
     group.finish();
 
     // A search embeds its query alone: a few words, one forward pass of about 10 pieces.

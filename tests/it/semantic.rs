@@ -222,6 +222,101 @@ fn pages_of_a_semantic_search_follow_their_cursors_without_repeats() {
     }
 }
 
+/// The semantic score of `message` for `query` (which must find it among the first 20).
+fn meaning_score(data: &DataDir, query: &str, message: MessageId) -> f32 {
+    let page = grep(
+        &data.store,
+        &data.index,
+        &Config::default().search,
+        &GrepRequest {
+            pattern: query.into(),
+            mode: GrepMode::Semantic,
+            scope: Scope::default(),
+            limit: Some(20),
+            cursor: None,
+        },
+    )
+    .unwrap();
+    page.hits
+        .iter()
+        .find(|h| h.message == message)
+        .and_then(|h| h.score)
+        .unwrap_or_else(|| panic!("{query:?} does not find {message:?}: {page:?}"))
+}
+
+#[test]
+fn a_message_is_embedded_with_the_head_of_the_message_before_it_in_its_session() {
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let question = "Which dance piece did your team perform to win the regional competition?";
+    let aside = "The printer on the third floor is out of toner again.";
+    let reply = "We did Finding Freedom, and the judges loved it.";
+    let long = "word ".repeat(400);
+    let tmp = tempfile::tempdir().unwrap();
+    // One message per commit: every predecessor is read back from the store; 64: most are met
+    // earlier in the same batch. The vectors must not depend on it.
+    let mut scores = Vec::new();
+    for index_batch in [1, 64] {
+        let mut config = common::config_with_embeddings(&model);
+        config.embeddings.index_batch = index_batch;
+        let data = DataDir::open(tmp.path().join(format!("lcm-{index_batch}")), &config).unwrap();
+        let a = data.store.create_session("a", None).unwrap();
+        let b = data.store.create_session("b", None).unwrap();
+        let q = data
+            .store
+            .append(a, NewMessage::text(Role::User, question))
+            .unwrap();
+        // Between the two turns of session a, by id: a message of session b.
+        data.store
+            .append(b, NewMessage::text(Role::User, aside))
+            .unwrap();
+        let r = data
+            .store
+            .append(a, NewMessage::text(Role::Assistant, reply))
+            .unwrap();
+        // A long predecessor gives only its head.
+        data.store
+            .append(b, NewMessage::text(Role::User, long.as_str()))
+            .unwrap();
+        let after_long = data
+            .store
+            .append(b, NewMessage::text(Role::Assistant, "Noted."))
+            .unwrap();
+        data.index.catch_up(&data.store, |_, _| {}).unwrap();
+        data.index
+            .semantic()
+            .unwrap()
+            .catch_up_until(&data.store, |_, _| {}, || false)
+            .unwrap();
+
+        // The first message of a session is embedded alone: its own text is its nearest query.
+        let alone = meaning_score(&data, question, q.id);
+        assert!(alone > 0.99, "{alone}");
+        // The reply is embedded followed by the question before it in session a, not by the
+        // message before it by id (session b's).
+        let with_question = meaning_score(&data, &format!("{reply}\n{question}"), r.id);
+        let with_aside = meaning_score(&data, &format!("{reply}\n{aside}"), r.id);
+        let bare = meaning_score(&data, reply, r.id);
+        assert!(with_question > 0.99, "{with_question}");
+        assert!(
+            with_question > with_aside + 0.05,
+            "{with_question} {with_aside}"
+        );
+        assert!(with_question > bare + 0.05, "{with_question} {bare}");
+        // 32 word pieces of the 400-word message ("word" is one piece), not all of it.
+        let head = "word ".repeat(32);
+        let context = head.trim_end();
+        let with_head = meaning_score(&data, &format!("Noted.\n{context}"), after_long.id);
+        assert!(with_head > 0.99, "{with_head}");
+        scores.push([alone, with_question, with_aside, bare, with_head]);
+    }
+    // The same vectors (up to the rounding of the texts a model call batches together).
+    for (one, many) in scores[0].iter().zip(&scores[1]) {
+        assert!((one - many).abs() < 1e-5, "{scores:?}");
+    }
+}
+
 #[test]
 fn a_rebuild_gives_the_same_results_and_a_new_model_starts_over() {
     let Some(model) = common::embed_model_dir() else {

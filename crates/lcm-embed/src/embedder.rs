@@ -93,6 +93,11 @@ impl From<&EmbeddingsConfig> for EmbedOptions {
 /// pieces, 256 chunks of the default size.
 pub const MAX_CHUNKED_BYTES: usize = 256 * 1024;
 
+/// Bytes of a text [`Embedder::head`] reads per word piece wanted: more than any word piece
+/// spans (WordPiece makes a word of more than 100 characters one unknown piece), so the head is
+/// cut by the tokenizer, not by this bound, for any text but one of such words.
+pub const HEAD_BYTES_PER_TOKEN: usize = 128;
+
 /// A loaded sentence-embedding model.
 pub struct Embedder {
     model: Bert,
@@ -345,12 +350,14 @@ impl Embedder {
         Ok(rows.into_iter().map(normalised).collect())
     }
 
-    /// Cuts `text` into byte ranges that the model reads whole: consecutive, covering the
-    /// text from its start (up to [`MAX_CHUNKED_BYTES`]), on character boundaries, each of at
-    /// most `max_tokens` word pieces. A text the model reads whole is one chunk; an empty (or
-    /// blank) text none.
-    pub fn chunks(&self, text: &str) -> Result<Vec<Range<usize>>> {
-        let mut end = text.len().min(MAX_CHUNKED_BYTES);
+    /// The word pieces (without special tokens) of the first `max_bytes` of `text`, cut on a
+    /// character boundary, with the text they are of.
+    fn word_pieces<'t>(
+        &self,
+        text: &'t str,
+        max_bytes: usize,
+    ) -> Result<(&'t str, tokenizers::Encoding)> {
+        let mut end = text.len().min(max_bytes);
         while !text.is_char_boundary(end) {
             end -= 1;
         }
@@ -359,6 +366,31 @@ impl Embedder {
             .splitter
             .encode(text, false)
             .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        Ok((text, encoding))
+    }
+
+    /// The start of `text` that is at most `max_tokens` word pieces (on a character boundary;
+    /// all of a shorter text): the context a message's first chunk is embedded with. Only the
+    /// first [`HEAD_BYTES_PER_TOKEN`] × `max_tokens` bytes are read, so a huge text costs no
+    /// more than a short one.
+    pub fn head<'t>(&self, text: &'t str, max_tokens: usize) -> Result<&'t str> {
+        let (text, encoding) =
+            self.word_pieces(text, max_tokens.saturating_mul(HEAD_BYTES_PER_TOKEN))?;
+        let offsets = encoding.get_offsets();
+        Ok(match (max_tokens, offsets.get(max_tokens)) {
+            (0, _) => "",
+            // More pieces than wanted: cut after the last one kept.
+            (_, Some(_)) => &text[..offsets[max_tokens - 1].1],
+            (_, None) => text,
+        })
+    }
+
+    /// Cuts `text` into byte ranges that the model reads whole: consecutive, covering the
+    /// text from its start (up to [`MAX_CHUNKED_BYTES`]), on character boundaries, each of at
+    /// most `max_tokens` word pieces. A text the model reads whole is one chunk; an empty (or
+    /// blank) text none.
+    pub fn chunks(&self, text: &str) -> Result<Vec<Range<usize>>> {
+        let (text, encoding) = self.word_pieces(text, MAX_CHUNKED_BYTES)?;
         let offsets = encoding.get_offsets();
         if offsets.is_empty() {
             return Ok(Vec::new());

@@ -18,4 +18,4 @@
 mod bert;
 mod embedder;
 
-pub use embedder::{EmbedError, EmbedOptions, Embedder, MAX_CHUNKED_BYTES};
+pub use embedder::{EmbedError, EmbedOptions, Embedder, HEAD_BYTES_PER_TOKEN, MAX_CHUNKED_BYTES};

@@ -143,6 +143,36 @@ fn chunks_cover_the_text_on_character_boundaries_within_the_token_limit() {
 }
 
 #[test]
+fn a_head_is_a_prefix_of_at_most_the_word_pieces_asked_for() {
+    let (Some(dir), Some(model)) = (model_dir(), embedder()) else {
+        return;
+    };
+    let text: String = (0..100).map(|i| format!("naïve café 東京 {i}. ")).collect();
+    for n in [1, 7, 32] {
+        let head = model.head(&text, n).unwrap();
+        assert!(text.starts_with(head) && !head.is_empty());
+        // Exactly n pieces: the first chunk of a model cutting at n pieces ends there too.
+        let cut_at_n = Embedder::load(
+            &dir,
+            EmbedOptions {
+                max_tokens: n,
+                ..EmbedOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(cut_at_n.chunks(&text).unwrap()[0], 0..head.len(), "{n}");
+        let longer = model.head(&text, n + 1).unwrap();
+        assert!(longer.len() > head.len(), "{n}: {head:?} {longer:?}");
+    }
+    // A text of fewer pieces is its own head; nothing is asked, nothing is given.
+    assert_eq!(model.head("short text", 32).unwrap(), "short text");
+    assert_eq!(model.head("short text", 0).unwrap(), "");
+    // A huge text is read only as far as the head needs.
+    let huge = "the cat sat on the mat ".repeat(100_000);
+    assert_eq!(model.head(&huge, 4).unwrap(), "the cat sat on");
+}
+
+#[test]
 fn a_broken_model_directory_is_refused_naming_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();

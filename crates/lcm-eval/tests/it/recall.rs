@@ -149,11 +149,12 @@ fn embed_model() -> Option<PathBuf> {
 }
 
 /// Hybrid recall on the development set, with the real model. The floor is what lcm measures
-/// with all-MiniLM-L6-v2 (docs/PERFORMANCE.md, "Hybrid recall": 0.725), less a margin: it
-/// guards the fusion, the lift by neighbouring turns (0.641 without it) and the embeddings
-/// against regressions. (The goal of 0.85 is out of this model's reach: its vectors
-/// alone find 0.47 of the evidence in their first ten, in Rust and in sentence-transformers
-/// alike.)
+/// with all-MiniLM-L6-v2 (docs/PERFORMANCE.md, "Hybrid recall": semantic 0.554, hybrid
+/// 0.745), less a margin: it guards the fusion, the lift by neighbouring turns (hybrid 0.641
+/// without it), the context each message is embedded with (semantic 0.467, hybrid 0.725
+/// without it) and the embeddings against regressions. (The goal of 0.85 is out of
+/// this model's reach: a message's own vector finds 0.47 of the evidence in the first ten, in
+/// Rust and in sentence-transformers alike.)
 #[test]
 fn hybrid_recall_on_the_locomo_development_set_with_the_real_model() {
     let (Some(path), Some(model)) = (locomo_dev(), embed_model()) else {
@@ -177,8 +178,8 @@ fn hybrid_recall_on_the_locomo_development_set_with_the_real_model() {
     eprintln!("{}", report.to_table());
     let at10 = |i: usize| report.modes[i].overall.recall_at[2];
     let (words, meaning, hybrid) = (at10(0), at10(1), at10(2));
-    assert!(meaning > 0.40, "semantic recall@10 fell to {meaning:.3}");
-    assert!(hybrid > 0.69, "hybrid recall@10 fell to {hybrid:.3}");
+    assert!(meaning > 0.52, "semantic recall@10 fell to {meaning:.3}");
+    assert!(hybrid > 0.735, "hybrid recall@10 fell to {hybrid:.3}");
     assert!(
         hybrid > words + 0.02 && hybrid > meaning,
         "hybrid ({hybrid:.3}) must beat full text ({words:.3}) and semantic ({meaning:.3})"
