@@ -277,10 +277,7 @@ impl Semantic {
         let mut texts: Vec<&str> = Vec::new();
         let mut entries: Vec<VectorEntry> = Vec::new();
         for s in &summaries {
-            let chunks = loaded
-                .embedder
-                .chunks(&s.content)
-                .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
+            let chunks = loaded.embedder.chunks(&s.content).map_err(model_error)?;
             for chunk in chunks {
                 entries.push(VectorEntry {
                     message: s.id.0,
@@ -306,7 +303,6 @@ impl Semantic {
         to: u64,
     ) -> Result<()> {
         let embedder = &loaded.embedder;
-        let model_error = |e: lcm_embed::EmbedError| StoreError::InvalidQuery(e.to_string());
         let mut texts: Vec<String> = Vec::new();
         let mut entries: Vec<VectorEntry> = Vec::new();
         // The head of the last message of each session met in this range, by its seq: ids grow
@@ -338,8 +334,7 @@ impl Semantic {
                     text[chunk].to_string()
                 });
             }
-            let head = embedder.head(text, CONTEXT_TOKENS).map_err(model_error)?;
-            last_head.insert(session, (seq, head.to_string()));
+            last_head.insert(session, (seq, context_head(embedder, text)?));
             Ok(ControlFlow::Continue(()))
         })?;
         // The read snapshot ends before the model runs (see `embed_summaries`).
@@ -512,7 +507,7 @@ impl Semantic {
         let vector = loaded
             .embedder
             .embed(&[query])
-            .map_err(|e| StoreError::InvalidQuery(e.to_string()))?
+            .map_err(model_error)?
             .pop()
             .unwrap_or_default();
         let mut queries = self.queries.lock().unwrap_or_else(PoisonError::into_inner);
@@ -606,14 +601,24 @@ fn previous_head<R: RecordReader>(
 ) -> Result<String> {
     let mut head = String::new();
     reader.session_records_in_rows(session, seq..seq + 1, MessageId(0)..below, |row| {
-        let text = RecordView::read(row.record)?.text()?;
-        head = embedder
-            .head(text, CONTEXT_TOKENS)
-            .map_err(|e| StoreError::InvalidQuery(e.to_string()))?
-            .to_string();
+        head = context_head(embedder, RecordView::read(row.record)?.text()?)?;
         Ok(Step::Stop)
     })?;
     Ok(head)
+}
+
+/// The head of `text` the next message of its session is embedded with ([`CONTEXT_TOKENS`]
+/// word pieces).
+fn context_head(embedder: &Embedder, text: &str) -> Result<String> {
+    Ok(embedder
+        .head(text, CONTEXT_TOKENS)
+        .map_err(model_error)?
+        .to_string())
+}
+
+/// A model's failure, as the store's error type the catch-up and searches return.
+fn model_error(e: lcm_embed::EmbedError) -> StoreError {
+    StoreError::InvalidQuery(e.to_string())
 }
 
 /// Embeds `texts` (one per entry), adds them to `index` and commits it up to `watermark`.
@@ -624,9 +629,7 @@ fn embed_into(
     entries: Vec<VectorEntry>,
     watermark: u64,
 ) -> Result<()> {
-    let vectors = embedder
-        .embed(texts)
-        .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
+    let vectors = embedder.embed(texts).map_err(model_error)?;
     {
         let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
         for (entry, vector) in entries.into_iter().zip(vectors) {
