@@ -32,6 +32,9 @@ use crate::error::{Result, StoreError};
 /// [`Watched`] backend raises on an I/O error.
 pub(crate) type Reopen = Box<dyn Fn() -> Result<(Database, Arc<AtomicBool>)> + Send + Sync>;
 
+/// How long a reopen after an I/O error waits for the failed database's holders.
+const REOPEN_PATIENCE: Duration = Duration::from_secs(5);
+
 /// An open store file.
 pub(crate) enum Db {
     Writable(Writable),
@@ -43,6 +46,8 @@ pub(crate) enum Db {
 pub(crate) struct Writable {
     db: RwLock<Option<Handle>>,
     reopen: Option<Reopen>,
+    /// How long a reopen waits for the failed database to let go of the file.
+    patience: Duration,
 }
 
 /// A database and whether an I/O of its file failed (then redb refuses it from then on).
@@ -62,6 +67,7 @@ impl Writable {
                 failed,
             })),
             reopen,
+            patience: REOPEN_PATIENCE,
         }
     }
 
@@ -113,16 +119,36 @@ impl Writable {
         }
         // Closed first: the file's lock must be free for the new handle. Threads beginning a
         // transaction hold the old handle for a moment.
+        let deadline = Instant::now() + self.patience;
         if let Some(old) = slot.take() {
             let db = old.db;
-            let deadline = Instant::now() + Duration::from_secs(5);
             while Arc::strong_count(&db) > 1 && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
             drop(db);
         }
         tracing::warn!("reopening the store after an I/O error");
-        let (db, failed) = reopen()?;
+        // redb closes a database only once its write transaction ends: one begun before the
+        // failure keeps the file locked until it fails or is dropped, and the open meanwhile
+        // finds the file "already open".
+        let (db, failed) = loop {
+            match reopen() {
+                Err(StoreError::AlreadyOpen(_)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // The holder is most likely this process's own failed database, which the
+                // caller cannot stop: a failure of the storage, not a conflict to resolve.
+                Err(StoreError::AlreadyOpen(path)) => {
+                    return Err(StoreError::CommitFailed {
+                        detail: format!(
+                            "the store {path} could not be opened again after an I/O error: its file is still held (by a transaction of the failed database, or another process)"
+                        ),
+                        disk_full: false,
+                    });
+                }
+                other => break other?,
+            }
+        };
         *slot = Some(Handle {
             db: Arc::new(db),
             failed,
@@ -267,5 +293,23 @@ impl Db {
 
     pub(crate) fn is_read_only(&self) -> bool {
         matches!(self, Db::ReadOnly(_))
+    }
+
+    /// Marks the writable database as failed, as an I/O error of its file does.
+    #[cfg(test)]
+    pub(crate) fn raise_failed_for_test(&self) {
+        if let Db::Writable(w) = self
+            && let Some(handle) = w.current()
+        {
+            handle.failed.store(true, Ordering::Release);
+        }
+    }
+
+    /// How long a reopen waits for the failed database's holders (5 s otherwise).
+    #[cfg(test)]
+    pub(crate) fn set_reopen_patience(&mut self, patience: Duration) {
+        if let Db::Writable(w) = self {
+            w.patience = patience;
+        }
     }
 }

@@ -192,6 +192,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::StoreError;
     use lcm_core::message::{NewMessage, Role};
     use lcm_core::tokens::{Encoding, TokenCounter};
 
@@ -257,6 +258,80 @@ mod tests {
             let store = Store::open(&path, options()).unwrap();
             check(texts(&store), "after reopening");
         }
+    }
+
+    /// A write transaction of the failed database may still be running when another thread
+    /// opens the file again (redb closes a database only once its write transaction ends, and
+    /// until then the file stays locked). The reopen waits for it instead of reporting the
+    /// store as open in another process, and the other thread's append is stored.
+    #[test]
+    fn a_reopen_waits_for_a_write_transaction_of_the_failed_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lcm.redb");
+        let options = || StoreOptions::new(TokenCounter::new(Encoding::O200kBase));
+        let store = Store::open_on_faulty_disk(&path, options(), DiskSwitch::default()).unwrap();
+        let session = store.create_session("s", None).unwrap();
+        store
+            .append(session, NewMessage::text(Role::User, "kept"))
+            .unwrap();
+        let held = store.db.begin_write().unwrap();
+        // What a failed write of another transaction leaves: the flag raised while this one
+        // still runs.
+        store.db.raise_failed_for_test();
+        let appended = std::thread::scope(|scope| {
+            let append =
+                scope.spawn(|| store.append(session, NewMessage::text(Role::User, "after")));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(held);
+            append.join().unwrap()
+        });
+        appended.unwrap_or_else(|e| panic!("the append waits for the reopen: {e}"));
+        let texts: Vec<String> = store
+            .session_messages(session, 0..10)
+            .unwrap()
+            .iter()
+            .map(|m| m.search_text().into_owned())
+            .collect();
+        assert_eq!(texts, ["kept", "after"]);
+    }
+
+    /// A file still held when the reopen gives up is a failure of the store's storage (the
+    /// HTTP API's 503), not "open in another process": the holder is this process's own
+    /// failed database, which the caller cannot stop. Nothing is stored, and the store works
+    /// once the holder lets go.
+    #[test]
+    fn a_file_still_held_after_the_reopens_deadline_is_a_storage_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lcm.redb");
+        let options = || StoreOptions::new(TokenCounter::new(Encoding::O200kBase));
+        let mut store =
+            Store::open_on_faulty_disk(&path, options(), DiskSwitch::default()).unwrap();
+        let session = store.create_session("s", None).unwrap();
+        store
+            .append(session, NewMessage::text(Role::User, "kept"))
+            .unwrap();
+        store
+            .db
+            .set_reopen_patience(std::time::Duration::from_millis(300));
+        let held = store.db.begin_write().unwrap();
+        store.db.raise_failed_for_test();
+        let error = store
+            .append(session, NewMessage::text(Role::User, "refused"))
+            .expect_err("the file is held past the deadline");
+        assert!(error.is_storage_failure(), "{error}");
+        assert!(!matches!(error, StoreError::AlreadyOpen(_)), "{error}");
+        assert!(error.to_string().contains("still held"), "{error}");
+        drop(held);
+        store
+            .append(session, NewMessage::text(Role::User, "after"))
+            .unwrap();
+        let texts: Vec<String> = store
+            .session_messages(session, 0..10)
+            .unwrap()
+            .iter()
+            .map(|m| m.search_text().into_owned())
+            .collect();
+        assert_eq!(texts, ["kept", "after"]);
     }
 
     #[test]
