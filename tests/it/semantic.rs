@@ -317,6 +317,63 @@ fn a_message_is_embedded_with_the_head_of_the_message_before_it_in_its_session()
     }
 }
 
+/// The configured prompts reach the model: the document prompt before every message the
+/// index embeds, the query prompt before every query. A message's own text with the document
+/// prompt is then its nearest query. Changing the document prompt rebuilds the index at the
+/// next open, and the vectors are then embedded the new way.
+#[test]
+fn the_query_and_document_prompts_are_put_before_what_is_embedded() {
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let fact = FACTS[1];
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lcm");
+    let open = |query_prompt: &str, document_prompt: Option<&str>| {
+        let mut config = common::config_with_embeddings(&model);
+        config.embeddings.query_prompt = Some(query_prompt.into());
+        config.embeddings.document_prompt = document_prompt.map(str::to_string);
+        let data = DataDir::open(&dir, &config).unwrap();
+        data.index.catch_up(&data.store, |_, _| {}).unwrap();
+        data.index
+            .semantic()
+            .unwrap()
+            .catch_up_until(&data.store, |_, _| {}, || false)
+            .unwrap();
+        data
+    };
+    let id = {
+        let data = open("", Some("passage: "));
+        let s = data.store.create_session("s", None).unwrap();
+        let id = data
+            .store
+            .append(s, NewMessage::text(Role::User, fact))
+            .unwrap()
+            .id;
+        data.index
+            .semantic()
+            .unwrap()
+            .catch_up_until(&data.store, |_, _| {}, || false)
+            .unwrap();
+        // Stored as "passage: {fact}": that text is its nearest query, the fact alone is not.
+        let prompted = meaning_score(&data, &format!("passage: {fact}"), id);
+        let bare = meaning_score(&data, fact, id);
+        assert!(prompted > 0.99, "{prompted}");
+        assert!(bare < prompted - 0.01, "{bare} {prompted}");
+        id
+    };
+    {
+        // The query prompt goes before the query: the fact alone now finds it exactly.
+        let data = open("passage: ", Some("passage: "));
+        let score = meaning_score(&data, fact, id);
+        assert!(score > 0.99, "{score}");
+    }
+    // Without the document prompt the index is embedded again, the fact as it is.
+    let data = open("", None);
+    let score = meaning_score(&data, fact, id);
+    assert!(score > 0.99, "{score}");
+}
+
 #[test]
 fn a_rebuild_gives_the_same_results_and_a_new_model_starts_over() {
     let Some(model) = common::embed_model_dir() else {

@@ -230,6 +230,15 @@ pub struct EmbeddingsConfig {
     /// an unscoped search reads the quarter of them nearest the query instead of every entry),
     /// trained anew each time the index has grown fourfold since.
     pub lists_from: usize,
+    /// Text put before every search query the model embeds, replacing the model directory's
+    /// own query prompt (`config_sentence_transformers.json`: `prompts.query`). Models trained
+    /// with one (E5: `"query: "`, BGE: `"Represent this sentence for searching relevant
+    /// passages: "`) find less without it. `None`: the directory's, else none.
+    pub query_prompt: Option<String>,
+    /// Text put before every message and summary the model embeds, replacing the model
+    /// directory's (`prompts.document`, `passage` or `corpus`); E5: `"passage: "`. Changing it
+    /// rebuilds the vector index. `None`: the directory's, else none.
+    pub document_prompt: Option<String>,
 }
 
 impl Default for EmbeddingsConfig {
@@ -241,6 +250,8 @@ impl Default for EmbeddingsConfig {
             max_tokens: 256,
             index_batch: 2048,
             lists_from: 200_000,
+            query_prompt: None,
+            document_prompt: None,
         }
     }
 }

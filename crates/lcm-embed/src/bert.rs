@@ -38,11 +38,22 @@ pub(crate) struct Config {
     pub layer_norm_eps: f64,
     #[serde(default)]
     pub position_embedding_type: Option<String>,
+    /// `transformers`' architecture name: RoBERTa-family models (XLM-R: multilingual E5)
+    /// share BERT's weight names but count positions from 2, so they are refused by name.
+    #[serde(default)]
+    pub model_type: Option<String>,
 }
 
 impl Config {
     /// Why this configuration is not one the encoder computes faithfully, if it is not.
     pub(crate) fn unsupported(&self) -> Option<String> {
+        if let Some(kind) = &self.model_type
+            && kind != "bert"
+        {
+            return Some(format!(
+                "model_type {kind:?} is not supported (BERT only: \"bert\")"
+            ));
+        }
         if Activation::named(&self.hidden_act).is_none() {
             return Some(format!(
                 "hidden_act {:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh or relu)",

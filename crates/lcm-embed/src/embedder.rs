@@ -6,10 +6,17 @@
 //! (`sentence_bert_config.json`: `max_seq_length`) and its pooling (`1_Pooling/config.json`).
 //! `modules.json`, when present, names the pipeline: a `Transformer`, a `Pooling` and an
 //! optional `Normalize` module are supported; any other module (a `Dense` projection, ...) would
-//! change the vectors, so it is refused at load. Only mean pooling is supported (what the
-//! MiniLM and MPNet sentence models use); another pooling is refused too, never silently
-//! computed wrong. Vectors are always L2-normalised (with or without a `Normalize` module: the
-//! same direction, and the index compares by cosine).
+//! change the vectors, so it is refused at load. Mean pooling (MiniLM, E5, GTE) and the
+//! first token's state (`pooling_mode_cls_token`: BGE, Arctic Embed) are supported; another
+//! pooling is refused, never silently computed wrong. Vectors are always L2-normalised (with or
+//! without a `Normalize` module: the same direction, and the index compares by cosine).
+//!
+//! **Prompts.** Retrieval models trained with a text put before queries and documents (E5's
+//! `"query: "` and `"passage: "`) name them in `config_sentence_transformers.json` (`prompts`);
+//! [`Embedder::embed_query`] and [`Embedder::embed_documents`] put them before the text as
+//! sentence-transformers' `encode_query` and `encode_document` do, and [`EmbedOptions`] can
+//! replace them (for models whose card asks for one the directory does not name).
+//! [`Embedder::embed`] embeds texts as given.
 
 use std::io::Read;
 use std::ops::Range;
@@ -61,15 +68,21 @@ fn model_error(e: candle_core::Error) -> EmbedError {
 }
 
 /// How an [`Embedder`] runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmbedOptions {
     /// Texts per forward pass.
     pub batch_size: usize,
     /// Threads of the model's computations (0: every core).
     pub threads: usize,
     /// Word pieces per chunk of [`Embedder::chunks`] (capped by the model's `max_seq_length`,
-    /// less its two special tokens).
+    /// less its two special tokens and the document prompt's).
     pub max_tokens: usize,
+    /// Put before each query ([`Embedder::embed_query`]) instead of the model directory's
+    /// query prompt.
+    pub query_prompt: Option<String>,
+    /// Put before each document ([`Embedder::embed_documents`]) instead of the model
+    /// directory's document prompt.
+    pub document_prompt: Option<String>,
 }
 
 impl Default for EmbedOptions {
@@ -84,6 +97,8 @@ impl From<&EmbeddingsConfig> for EmbedOptions {
             batch_size: c.batch_size.max(1),
             threads: c.threads,
             max_tokens: c.max_tokens,
+            query_prompt: c.query_prompt.clone(),
+            document_prompt: c.document_prompt.clone(),
         }
     }
 }
@@ -110,8 +125,21 @@ pub struct Embedder {
     chunk_tokens: usize,
     batch_size: usize,
     dimension: usize,
+    pooling: Pooling,
+    /// Put before each query and each document (see the module doc).
+    query_prompt: String,
+    document_prompt: String,
     model_id: String,
     pool: rayon::ThreadPool,
+}
+
+/// How the word pieces' states become one vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pooling {
+    /// The mean of the real (not padding) tokens' states.
+    Mean,
+    /// The state of the first token (`[CLS]`).
+    Cls,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -121,6 +149,9 @@ impl std::fmt::Debug for Embedder {
             .field("dimension", &self.dimension)
             .field("max_seq", &self.max_seq)
             .field("chunk_tokens", &self.chunk_tokens)
+            .field("pooling", &self.pooling)
+            .field("query_prompt", &self.query_prompt)
+            .field("document_prompt", &self.document_prompt)
             .finish_non_exhaustive()
     }
 }
@@ -141,6 +172,55 @@ struct PoolingConfig {
     pooling_mode_max_tokens: bool,
     #[serde(default)]
     pooling_mode_mean_sqrt_len_tokens: bool,
+    /// Whether the prompt's tokens are pooled with the text's (sentence-transformers' default).
+    #[serde(default = "pooled_with_the_text")]
+    include_prompt: bool,
+}
+
+fn pooled_with_the_text() -> bool {
+    true
+}
+
+impl PoolingConfig {
+    fn pooling(&self) -> Option<Pooling> {
+        let modes = [
+            self.pooling_mode_mean_tokens,
+            self.pooling_mode_cls_token,
+            self.pooling_mode_max_tokens,
+            self.pooling_mode_mean_sqrt_len_tokens,
+        ];
+        match modes {
+            [true, false, false, false] => Some(Pooling::Mean),
+            [false, true, false, false] => Some(Pooling::Cls),
+            _ => None,
+        }
+    }
+}
+
+/// `config_sentence_transformers.json`: the prompts a model was trained with.
+#[derive(Deserialize, Default)]
+struct SentenceTransformersConfig {
+    #[serde(default)]
+    prompts: std::collections::HashMap<String, String>,
+    #[serde(default)]
+    default_prompt_name: Option<String>,
+}
+
+impl SentenceTransformersConfig {
+    /// The prompt sentence-transformers puts before a text of this kind: the first of `names`
+    /// the model has, else its default prompt, else none.
+    fn prompt(&self, names: &[&str]) -> String {
+        names
+            .iter()
+            .find_map(|n| self.prompts.get(*n))
+            .or_else(|| {
+                self.default_prompt_name
+                    .as_ref()
+                    .and_then(|n| self.prompts.get(n))
+            })
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -171,15 +251,41 @@ impl Embedder {
             });
         }
         let pooling_path = pooling_dir.join("config.json");
-        let pooling: PoolingConfig = parse(&pooling_path, &read(&pooling_path)?)?;
-        if !pooling.pooling_mode_mean_tokens
-            || pooling.pooling_mode_cls_token
-            || pooling.pooling_mode_max_tokens
-            || pooling.pooling_mode_mean_sqrt_len_tokens
-        {
+        let pooling_config: PoolingConfig = parse(&pooling_path, &read(&pooling_path)?)?;
+        let Some(pooling) = pooling_config.pooling() else {
             return Err(EmbedError::Invalid {
                 path: pooling_path,
-                detail: "only mean pooling (pooling_mode_mean_tokens alone) is supported".into(),
+                detail: "only mean pooling (pooling_mode_mean_tokens alone) or the first token \
+                         (pooling_mode_cls_token alone) is supported"
+                    .into(),
+            });
+        };
+        let st_config_path = dir.join("config_sentence_transformers.json");
+        let st_config: SentenceTransformersConfig = match std::fs::read(&st_config_path) {
+            Ok(bytes) => parse(&st_config_path, &bytes)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+            Err(source) => {
+                return Err(EmbedError::Read {
+                    path: st_config_path,
+                    source,
+                });
+            }
+        };
+        let query_prompt = options
+            .query_prompt
+            .clone()
+            .unwrap_or_else(|| st_config.prompt(&["query"]));
+        let document_prompt = options
+            .document_prompt
+            .clone()
+            .unwrap_or_else(|| st_config.prompt(&["document", "passage", "corpus"]));
+        let prompted = !query_prompt.is_empty() || !document_prompt.is_empty();
+        if prompted && !pooling_config.include_prompt {
+            return Err(EmbedError::Invalid {
+                path: pooling_path,
+                detail: "pooling without the prompt's tokens (include_prompt: false) is not \
+                         supported"
+                    .into(),
             });
         }
         // sentence-transformers reads at most max_seq_length word pieces (the tokenizer's own
@@ -222,8 +328,33 @@ impl Embedder {
             }))
             .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
 
+        // The document prompt's pieces take room in every chunk the model reads.
+        let prompt_pieces = splitter
+            .encode(document_prompt.as_str(), false)
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?
+            .len();
+        let Some(chunk_room) = (max_seq - 2)
+            .checked_sub(prompt_pieces)
+            .filter(|&room| room >= 8)
+        else {
+            return Err(EmbedError::Invalid {
+                path: st_path,
+                detail: format!(
+                    "max_seq_length {max_seq} leaves no room for text after the document \
+                     prompt ({prompt_pieces} word pieces)"
+                ),
+            });
+        };
+
         let weights = root.join("model.safetensors");
-        let model_id = model_id(dir, &config_bytes, &tokenizer_bytes, &weights)?;
+        let model_id = model_id(
+            dir,
+            &config_bytes,
+            &tokenizer_bytes,
+            &weights,
+            pooling,
+            &document_prompt,
+        )?;
         // SAFETY: the weights file is mapped read-only for the model's lifetime; lcm never
         // writes it, and a model directory is not meant to change under a running process.
         let vb = unsafe {
@@ -256,9 +387,12 @@ impl Embedder {
             tokenizer,
             splitter,
             max_seq,
-            chunk_tokens: options.max_tokens.clamp(1, max_seq - 2),
+            chunk_tokens: options.max_tokens.clamp(1, chunk_room),
             batch_size: options.batch_size.max(1),
-            dimension: pooling.word_embedding_dimension,
+            dimension: pooling_config.word_embedding_dimension,
+            pooling,
+            query_prompt,
+            document_prompt,
             model_id,
             pool,
         })
@@ -270,7 +404,8 @@ impl Embedder {
     }
 
     /// Names the model and its exact files (directory name and a hash of its configuration,
-    /// tokenizer and weights' size and head): an index built by another model is rebuilt.
+    /// tokenizer and weights' size and head, and of its pooling and document prompt unless
+    /// they are mean pooling and none): an index built by another model is rebuilt.
     pub fn model_id(&self) -> &str {
         &self.model_id
     }
@@ -280,9 +415,38 @@ impl Embedder {
         self.max_seq
     }
 
-    /// The embedding of each text (L2-normalised; a text longer than the model reads is cut,
-    /// as sentence-transformers does). Texts are batched by length, so a batch pads little;
-    /// the order of the result is the order of `texts`.
+    /// The prompt put before each query (empty: none).
+    pub fn query_prompt(&self) -> &str {
+        &self.query_prompt
+    }
+
+    /// The prompt put before each document (empty: none).
+    pub fn document_prompt(&self) -> &str {
+        &self.document_prompt
+    }
+
+    /// The embedding of a search query: the query prompt, then `query`.
+    pub fn embed_query(&self, query: &str) -> Result<Vec<f32>> {
+        let text = format!("{}{query}", self.query_prompt);
+        Ok(self.embed(&[text.as_str()])?.pop().unwrap_or_default())
+    }
+
+    /// The embedding of each document (a message's chunk, a summary): the document prompt,
+    /// then the text.
+    pub fn embed_documents(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        if self.document_prompt.is_empty() {
+            return self.embed(texts);
+        }
+        let prompted: Vec<String> = texts
+            .iter()
+            .map(|t| format!("{}{t}", self.document_prompt))
+            .collect();
+        self.embed(&prompted.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// The embedding of each text as given, without a prompt (L2-normalised; a text longer
+    /// than the model reads is cut, as sentence-transformers does). Texts are batched by
+    /// length, so a batch pads little; the order of the result is the order of `texts`.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
@@ -335,6 +499,11 @@ impl Embedder {
             .model
             .forward(&ids, &types, &mask)
             .map_err(model_error)?;
+        if self.pooling == Pooling::Cls {
+            let first = hidden.narrow(1, 0, 1).and_then(|h| h.squeeze(1));
+            let rows: Vec<Vec<f32>> = first.and_then(|h| h.to_vec2()).map_err(model_error)?;
+            return Ok(rows.into_iter().map(normalised).collect());
+        }
         // Mean over the real tokens: padding is masked out of the sum and the count.
         let mask = mask
             .to_dtype(DType::F32)
@@ -472,7 +641,14 @@ fn normalised(mut v: Vec<f32>) -> Vec<f32> {
     v
 }
 
-fn model_id(dir: &Path, config: &[u8], tokenizer: &[u8], weights: &Path) -> Result<String> {
+fn model_id(
+    dir: &Path,
+    config: &[u8],
+    tokenizer: &[u8],
+    weights: &Path,
+    pooling: Pooling,
+    document_prompt: &str,
+) -> Result<String> {
     let io = |source| EmbedError::Read {
         path: weights.to_path_buf(),
         source,
@@ -485,6 +661,17 @@ fn model_id(dir: &Path, config: &[u8], tokenizer: &[u8], weights: &Path) -> Resu
     for part in [config, tokenizer, &size.to_le_bytes(), &head] {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part);
+    }
+    // Only when they differ from mean pooling and no prompt, so that the ids of indexes
+    // built before either was supported stay the same.
+    if pooling != Pooling::Mean || !document_prompt.is_empty() {
+        for part in [
+            format!("{pooling:?}").as_bytes(),
+            document_prompt.as_bytes(),
+        ] {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part);
+        }
     }
     let digest = hash.finalize();
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
@@ -509,4 +696,88 @@ mod tests {
         const fn shared<T: Send + Sync>() {}
         shared::<Embedder>();
     };
+
+    /// all-MiniLM-L6-v2 from `../shared/tools/embed-model/setup.sh` (see tests/it/model.rs),
+    /// or `None` with a message.
+    fn minilm_dir() -> Option<PathBuf> {
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/tools/embed-model/setup.sh");
+        match std::process::Command::new(&setup).output() {
+            Ok(out) if out.status.success() => Some(PathBuf::from(
+                String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            )),
+            _ => {
+                eprintln!("skipping: no embedding model ({} failed)", setup.display());
+                None
+            }
+        }
+    }
+
+    /// A directory with `dir`'s model files (linked) and this pooling configuration.
+    fn with_pooling(dir: &Path, pooling: &str) -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        for file in ["config.json", "model.safetensors", "tokenizer.json"] {
+            std::os::unix::fs::symlink(dir.join(file), tmp.path().join(file)).unwrap();
+        }
+        std::fs::create_dir(tmp.path().join("1_Pooling")).unwrap();
+        std::fs::write(tmp.path().join("1_Pooling/config.json"), pooling).unwrap();
+        tmp
+    }
+
+    /// First-token pooling (BGE, Arctic Embed) is the transformer's state of `[CLS]`,
+    /// normalised, whatever the padding of the batch; mean pooling of the same weights gives
+    /// another vector, and another model id.
+    #[test]
+    fn first_token_pooling_is_the_state_of_cls() {
+        let Some(dir) = minilm_dir() else { return };
+        let cls = with_pooling(
+            &dir,
+            r#"{"word_embedding_dimension": 384, "pooling_mode_cls_token": true}"#,
+        );
+        let mean = with_pooling(
+            &dir,
+            r#"{"word_embedding_dimension": 384, "pooling_mode_mean_tokens": true}"#,
+        );
+        let cls = Embedder::load(cls.path(), EmbedOptions::default()).unwrap();
+        let mean = Embedder::load(mean.path(), EmbedOptions::default()).unwrap();
+        assert_ne!(cls.model_id(), mean.model_id());
+        let texts = [
+            "Where did Caroline move from four years ago?",
+            "a much longer text, so that the first one is padded in the batch: \
+             it went on and on about the weather, the trains and the mountains",
+        ];
+        let batched = cls.embed(&texts).unwrap();
+        for (i, text) in texts.iter().enumerate() {
+            let encoding = cls.tokenizer.encode(*text, true).unwrap();
+            let ids = Tensor::new(encoding.get_ids(), &Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            let mask = ids.ones_like().unwrap();
+            let hidden = cls
+                .model
+                .forward(&ids, &ids.zeros_like().unwrap(), &mask)
+                .unwrap();
+            let state: Vec<f32> = hidden.get(0).unwrap().get(0).unwrap().to_vec1().unwrap();
+            let expected = normalised(state);
+            let d = |v: &[f32]| {
+                v.iter()
+                    .zip(&expected)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max)
+            };
+            assert!(
+                d(&batched[i]) < 1e-5,
+                "text {i} batched: {}",
+                d(&batched[i])
+            );
+            let alone = cls.embed(&[text]).unwrap().remove(0);
+            assert!(d(&alone) < 1e-5, "text {i} alone: {}", d(&alone));
+            let by_mean = mean.embed(&[text]).unwrap().remove(0);
+            assert!(
+                d(&by_mean) > 1e-2,
+                "mean pooling differs from the first token"
+            );
+        }
+    }
 }

@@ -504,12 +504,7 @@ impl Semantic {
         if let Some(v) = cached(&self.queries.lock().unwrap_or_else(PoisonError::into_inner)) {
             return Ok(v);
         }
-        let vector = loaded
-            .embedder
-            .embed(&[query])
-            .map_err(model_error)?
-            .pop()
-            .unwrap_or_default();
+        let vector = loaded.embedder.embed_query(query).map_err(model_error)?;
         let mut queries = self.queries.lock().unwrap_or_else(PoisonError::into_inner);
         if queries.len() == QUERY_CACHE {
             queries.pop_front();
@@ -629,7 +624,7 @@ fn embed_into(
     entries: Vec<VectorEntry>,
     watermark: u64,
 ) -> Result<()> {
-    let vectors = embedder.embed(texts).map_err(model_error)?;
+    let vectors = embedder.embed_documents(texts).map_err(model_error)?;
     {
         let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
         for (entry, vector) in entries.into_iter().zip(vectors) {

@@ -196,6 +196,7 @@ fn a_broken_model_directory_is_refused_naming_the_file() {
     for (key, value, named) in [
         ("hidden_act", "silu", "hidden_act \"silu\""),
         ("position_embedding_type", "relative_key", "relative_key"),
+        ("model_type", "xlm-roberta", "model_type \"xlm-roberta\""),
     ] {
         let mut changed = config.clone();
         changed[key] = serde_json::Value::from(value);
@@ -264,4 +265,125 @@ fn threads_bound_the_computation_and_rayons_global_pool_stays_unused() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(default.threads(), cores);
     assert!(model.embed(&[]).unwrap().is_empty());
+}
+
+/// A directory with the model's files (linked) and this `config_sentence_transformers.json`.
+fn with_prompts(dir: &Path, config: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for file in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "sentence_bert_config.json",
+        "1_Pooling",
+    ] {
+        std::os::unix::fs::symlink(dir.join(file), tmp.path().join(file)).unwrap();
+    }
+    std::fs::write(tmp.path().join("config_sentence_transformers.json"), config).unwrap();
+    tmp
+}
+
+/// Retrieval models trained with prompts (E5's "query: " and "passage: ") are given them as
+/// sentence-transformers' `encode_query` / `encode_document` do: the prompt, then the text. The
+/// configuration can replace them; the document prompt is part of the model's id (the index is
+/// rebuilt when it changes), the query prompt is not.
+#[test]
+fn queries_and_documents_get_the_models_prompts_or_the_configured_ones() {
+    let Some(dir) = model_dir() else { return };
+    let plain = embedder().unwrap();
+    assert_eq!((plain.query_prompt(), plain.document_prompt()), ("", ""));
+    let question = "Where did Caroline move from?";
+    let turn = "Caroline: I moved here from Sweden four years ago.";
+    assert_eq!(
+        plain.embed_query(question).unwrap(),
+        plain.embed(&[question]).unwrap()[0]
+    );
+
+    let e5 = with_prompts(
+        &dir,
+        r#"{"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": null}"#,
+    );
+    let model = Embedder::load(e5.path(), EmbedOptions::default()).unwrap();
+    assert_eq!(
+        (model.query_prompt(), model.document_prompt()),
+        ("query: ", "passage: ")
+    );
+    let close = |a: &[f32], b: &[f32]| max_difference(a, b) < 1e-6;
+    let query = model.embed_query(question).unwrap();
+    assert!(close(
+        &query,
+        &plain.embed(&[&format!("query: {question}")]).unwrap()[0]
+    ));
+    assert!(!close(&query, &plain.embed(&[question]).unwrap()[0]));
+    let documents = model.embed_documents(&[turn, question]).unwrap();
+    assert!(close(
+        &documents[0],
+        &plain.embed(&[&format!("passage: {turn}")]).unwrap()[0]
+    ));
+    assert!(close(
+        &documents[1],
+        &plain.embed(&[&format!("passage: {question}")]).unwrap()[0]
+    ));
+    // The document prompt's word pieces take room in each chunk.
+    let long = "word ".repeat(1000);
+    let first_chunk_words = |m: &Embedder| {
+        let first = m.chunks(&long).unwrap()[0].clone();
+        long[first].split_whitespace().count()
+    };
+    let prompt_pieces = 2; // "passage", ":"
+    assert_eq!(first_chunk_words(plain), plain.max_seq() - 2);
+    assert_eq!(
+        first_chunk_words(&model),
+        plain.max_seq() - 2 - prompt_pieces
+    );
+
+    // Replaced by the configuration; a default prompt serves whichever kind has none.
+    let replaced = Embedder::load(
+        e5.path(),
+        EmbedOptions {
+            query_prompt: Some("Represent this sentence for searching relevant passages: ".into()),
+            document_prompt: Some(String::new()),
+            ..EmbedOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(replaced.document_prompt(), "");
+    // The id's hash (after the directory's name): no prompt and mean pooling hash as before.
+    let hash = |m: &Embedder| m.model_id().split_once('@').unwrap().1.to_string();
+    assert_eq!(
+        hash(&replaced),
+        hash(plain),
+        "no prompt, mean pooling: the plain id"
+    );
+    assert_ne!(hash(&model), hash(plain));
+    assert!(close(
+        &replaced.embed_query(question).unwrap(),
+        &plain
+            .embed(&[&format!(
+                "Represent this sentence for searching relevant passages: {question}"
+            )])
+            .unwrap()[0]
+    ));
+    let default = with_prompts(
+        &dir,
+        r#"{"prompts": {"query": "q: ", "all": "any: "}, "default_prompt_name": "all"}"#,
+    );
+    let model = Embedder::load(default.path(), EmbedOptions::default()).unwrap();
+    assert_eq!(
+        (model.query_prompt(), model.document_prompt()),
+        ("q: ", "any: ")
+    );
+
+    // Pooling that leaves the prompt's tokens out is not computed here: refused, naming it.
+    let excluded = with_prompts(&dir, r#"{"prompts": {"query": "query: "}}"#);
+    std::fs::remove_file(excluded.path().join("1_Pooling")).unwrap();
+    std::fs::create_dir(excluded.path().join("1_Pooling")).unwrap();
+    std::fs::write(
+        excluded.path().join("1_Pooling/config.json"),
+        r#"{"word_embedding_dimension": 384, "pooling_mode_mean_tokens": true, "include_prompt": false}"#,
+    )
+    .unwrap();
+    let err = Embedder::load(excluded.path(), EmbedOptions::default()).unwrap_err();
+    assert!(matches!(err, EmbedError::Invalid { .. }), "{err:?}");
+    assert!(err.to_string().contains("include_prompt"), "{err}");
 }
