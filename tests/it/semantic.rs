@@ -374,6 +374,151 @@ fn the_query_and_document_prompts_are_put_before_what_is_embedded() {
     assert!(score > 0.99, "{score}");
 }
 
+/// Messages stored after the embeddings' catch-up are not in the vector index until the next
+/// one: semantic and hybrid pages count them (library, `lcm grep`, the `lcm_grep` tool), the
+/// words still find them in hybrid search, and once embedded the count is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
+    use lcm::engine::tools::{Caller, ToolContext, ToolRegistry};
+    use std::sync::Arc;
+
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lcm");
+    let config = common::config_with_embeddings(&model);
+    let (data, a, _) = filled(&dir, &config);
+    let late = [
+        "The violin lesson moved to Thursday at five.",
+        "Remember to water the basil on the balcony.",
+        "The violin teacher asked us to practise scales.",
+    ];
+    for text in late {
+        data.store
+            .append(a, NewMessage::text(Role::User, text))
+            .unwrap();
+    }
+    // The words index catches up (as it does within milliseconds); the embeddings do not.
+    data.index.catch_up(&data.store, |_, _| {}).unwrap();
+    let page = |mode| search(&data, mode, "violin", Scope::default(), None);
+    let hybrid = page(GrepMode::Hybrid);
+    assert_eq!(hybrid.not_embedded, Some(3));
+    // Found by its words, and given the embeddings' score at its rank by words (its meaning
+    // is unknown, not far): within the first page of 20.
+    let wide = grep(
+        &data.store,
+        &data.index,
+        &Config::default().search,
+        &GrepRequest {
+            pattern: "violin".into(),
+            mode: GrepMode::Hybrid,
+            scope: Scope::default(),
+            limit: Some(20),
+            cursor: None,
+        },
+    )
+    .unwrap();
+    let late_hit = wide
+        .hits
+        .iter()
+        .find(|h| text_of(&data, h.message).contains("violin"))
+        .unwrap_or_else(|| panic!("hybrid finds a late message by its words: {wide:?}"));
+    assert_eq!(late_hit.found_by, [GrepMode::FullText]);
+    let semantic = page(GrepMode::Semantic);
+    assert_eq!(semantic.not_embedded, Some(3));
+    assert!(
+        semantic
+            .hits
+            .iter()
+            .all(|h| !text_of(&data, h.message).contains("violin")),
+        "{semantic:?}"
+    );
+    assert_eq!(page(GrepMode::FullText).not_embedded, None);
+
+    // The `lcm_grep` tool says it in its page.
+    let registry = ToolRegistry::with_builtins();
+    let ctx = ToolContext::new(
+        data.store.clone(),
+        Some(data.index.clone()),
+        Arc::new(config.clone()),
+        Caller::main_agent(None),
+    );
+    let tool = |mode: &'static str| {
+        let (registry, ctx) = (&registry, &ctx);
+        async move {
+            registry
+                .call(
+                    ctx,
+                    "lcm_grep",
+                    serde_json::json!({"pattern": "violin", "mode": mode}),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let found = tool("semantic").await;
+    assert_eq!(found["not_embedded"]["messages"], 3, "{found}");
+    let note = found["not_embedded"]["note"].as_str().unwrap();
+    assert!(
+        note.contains("3 newest messages are not embedded yet"),
+        "{note}"
+    );
+    assert!(tool("full_text").await.get("not_embedded").is_none());
+
+    // So does `lcm grep`, reading the directory as it is.
+    let config_path = tmp.path().join("config.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[embeddings]\nmodel_dir = {}\n",
+            toml::Value::String(model.to_string_lossy().into_owned())
+        ),
+    )
+    .unwrap();
+    let cli = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lcm"));
+        cmd.arg("--data-dir")
+            .arg(&dir)
+            .arg("--config")
+            .arg(&config_path)
+            .args(["grep", "--mode", "hybrid", "violin"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    drop(ctx);
+    drop(data);
+    let printed = cli(false);
+    assert!(
+        printed.contains("note: 3 newest messages are not embedded yet")
+            && printed.contains("hybrid search finds them by their words only"),
+        "{printed}"
+    );
+    let printed: serde_json::Value = serde_json::from_str(&cli(true)).unwrap();
+    assert_eq!(printed["not_embedded"], 3);
+
+    // Embedded: nothing to say.
+    let data = DataDir::open(&dir, &config).unwrap();
+    data.index
+        .semantic()
+        .unwrap()
+        .catch_up_until(&data.store, |_, _| {}, || false)
+        .unwrap();
+    let semantic = search(&data, GrepMode::Semantic, "violin", Scope::default(), None);
+    assert_eq!(semantic.not_embedded, Some(0));
+    assert!(text_of(&data, semantic.hits[0].message).contains("violin"));
+    drop(data);
+    assert!(!cli(false).contains("note:"));
+}
+
 #[test]
 fn a_rebuild_gives_the_same_results_and_a_new_model_starts_over() {
     let Some(model) = common::embed_model_dir() else {

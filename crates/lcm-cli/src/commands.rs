@@ -5,6 +5,7 @@ use clap::Args;
 use lcm_core::ids::{AnyId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Part, Role};
 use lcm_core::time::Timestamp;
+use lcm_search::grep::not_embedded_note;
 use lcm_search::vectors::VectorIndex;
 use lcm_search::{DataDir, GrepRequest, Scope};
 
@@ -30,7 +31,7 @@ pub fn catch_up_index(app: &App, data: &DataDir) -> Result<u64> {
     }
     if let Some(semantic) = data.index.semantic() {
         let interrupt = app.interrupt()?;
-        let behind = data.store.next_message_id()?.0 - semantic.watermark()?.0;
+        let behind = semantic.messages_not_embedded(&data.store)?;
         if behind > 0 {
             let bar = count_bar(app, "embedding", behind);
             let result = semantic.catch_up_until(
@@ -134,6 +135,9 @@ pub fn grep(app: &App, args: &GrepArgs) -> Result<()> {
     }
     if let Some(cursor) = &page.next_cursor {
         outln!(app, "more: --cursor {cursor}")?;
+    }
+    if let Some(note) = not_embedded_note(page.not_embedded, request.mode) {
+        outln!(app, "note: {note}")?;
     }
     Ok(())
 }

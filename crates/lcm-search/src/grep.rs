@@ -49,7 +49,8 @@ pub enum GrepMode {
     /// By meaning: the messages whose embeddings are nearest the query's (needs an embedding
     /// model, `[embeddings] model_dir`).
     Semantic,
-    /// Full text and semantic fused by reciprocal rank (needs an embedding model).
+    /// Full text and semantic, fused (rescaled scores, lifted by neighbouring turns: see
+    /// `hybrid.rs`; needs an embedding model).
     Hybrid,
 }
 
@@ -77,6 +78,22 @@ pub fn no_embeddings_error(mode: GrepMode) -> StoreError {
          the configuration to a sentence-transformers model directory (see \
          docs/CONFIGURATION.md); regex and full_text search work without one",
         mode.name()
+    ))
+}
+
+/// What a semantic or hybrid search says of the messages the embeddings have not reached yet
+/// ([`GrepPage::not_embedded`]); `None` when there are none, or for another mode.
+pub fn not_embedded_note(not_embedded: Option<u64>, mode: GrepMode) -> Option<String> {
+    let n = not_embedded.filter(|&n| n > 0)?;
+    let words = match mode {
+        GrepMode::Hybrid => "hybrid search finds them by their words only",
+        GrepMode::Semantic => "search by words (full text) finds them",
+        GrepMode::Regex | GrepMode::FullText => return None,
+    };
+    let messages = if n == 1 { "message is" } else { "messages are" };
+    Some(format!(
+        "{n} newest {messages} not embedded yet (the vector index catches up in the \
+         background): the embeddings cannot find them until then; {words}"
     ))
 }
 
@@ -177,6 +194,11 @@ pub struct GrepPage {
     pub strategy: Strategy,
     /// Messages whose text was read to answer this page.
     pub messages_examined: u64,
+    /// Semantic and hybrid searches: messages stored but not embedded yet (the vector index
+    /// catches up in the background), which the embeddings could not find; hybrid search
+    /// still finds them by their words. `None` for the other modes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_embedded: Option<u64>,
 }
 
 /// Runs a search. Bad patterns and foreign cursors are [`StoreError::InvalidQuery`] /
@@ -810,6 +832,7 @@ impl<'r> HitCollector<'r> {
             next_cursor,
             strategy,
             messages_examined: self.examined,
+            not_embedded: None,
         }
     }
 }
@@ -941,6 +964,7 @@ fn full_text_grep<S: RecordSource>(
         next_cursor: next.map(|c| c.encode(fingerprint)),
         strategy: Strategy::Ranked,
         messages_examined: examined,
+        not_embedded: None,
     })
 }
 

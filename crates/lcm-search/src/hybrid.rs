@@ -4,7 +4,9 @@
 //! **Fusion.** Each side ranks a pool of its best [`POOL`] messages (more when a later page
 //! needs them); each side's scores are rescaled over its pool to standard deviations above the
 //! pool's lowest, and a message scores the mean of its two rescaled scores (0 on a side that
-//! did not find it). Measured on the LoCoMo development set, this finds more evidence in the
+//! did not find it). A message the embeddings cannot have found, not being embedded yet (the
+//! vector index catches up in the background), is given for its meaning the embeddings'
+//! score at its rank by words: its meaning is unknown, not far. Measured on the LoCoMo development set, this finds more evidence in the
 //! first ten hits than reciprocal rank fusion (k = 60), which ranks a message found by one
 //! side alone far down however strongly that side found it, and a little more than rescaling
 //! to 0..1 by the pool's range (docs/PERFORMANCE.md, "Hybrid recall").
@@ -71,20 +73,33 @@ fn rescaled(scores: impl Iterator<Item = f32> + Clone) -> impl Fn(f32) -> f32 {
 
 /// Fuses the words' ranking and the embeddings' (see the module doc); best first, ties by id.
 /// `words` are ids with their words' score (BM25, or matches), `meaning` ids with their cosine
-/// similarity and best chunk.
+/// similarity and best chunk; `embedded` says whether the embeddings could have found an id.
+/// One they could not (not embedded yet) is given, for its meaning, the embeddings' score at
+/// its rank by words: its meaning is unknown, not far, and the two sides' scales differ (a
+/// pool of two equal words hits rescales to 1 each, the embeddings' best to several).
 pub fn fuse<K: Copy + Eq + Ord + std::hash::Hash>(
     words: &[(K, f32)],
     meaning: &[(K, f32, (u32, u32))],
+    embedded: impl Fn(K) -> bool,
 ) -> Vec<Fused<K>> {
     let by_words = rescaled(words.iter().map(|w| w.1));
     let by_meaning = rescaled(meaning.iter().map(|m| m.1));
+    let mut meaning_by_rank: Vec<f32> = meaning.iter().map(|m| by_meaning(m.1)).collect();
+    meaning_by_rank.sort_by(|a, b| b.total_cmp(a));
+    let mut words_ranked: Vec<(K, f32)> = words.to_vec();
+    words_ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut fused: HashMap<K, Fused<K>> = HashMap::new();
-    for &(message, score) in words {
+    for (rank, &(message, score)) in words_ranked.iter().enumerate() {
+        let unseen_meaning = if embedded(message) {
+            0.0
+        } else {
+            meaning_by_rank.get(rank).copied().unwrap_or(0.0)
+        };
         fused.insert(
             message,
             Fused {
                 id: message,
-                score: by_words(score) / 2.0,
+                score: (by_words(score) + unseen_meaning) / 2.0,
                 by_words: true,
                 chunk: None,
             },
@@ -166,6 +181,8 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         }
     };
     let wanted = offset + limit + 1;
+    // Read before the search: a message embedded meanwhile is one the search may have missed.
+    let embedded_below = semantic.watermark()?;
     let scope = &request.scope;
     let hybrid = request.mode == GrepMode::Hybrid;
     let by_meaning = || -> Result<Vec<Meaning>> {
@@ -186,7 +203,10 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             (meaning, words)
         });
-        (fuse(&words?.hits, &meaning?), Strategy::Hybrid)
+        (
+            fuse(&words?.hits, &meaning?, |m: MessageId| m < embedded_below),
+            Strategy::Hybrid,
+        )
     } else {
         let alone = by_meaning()?
             .into_iter()
@@ -247,6 +267,7 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         hits,
         next_cursor: more.then(|| Cursor::Ranked(offset + limit).encode(fingerprint)),
         strategy,
+        not_embedded: Some(semantic.messages_not_embedded(store)?),
     })
 }
 
@@ -301,7 +322,7 @@ mod tests {
             (MessageId(4), 0.7, (5, 9)),
             (MessageId(1), 0.5, (0, 3)),
         ];
-        let fused = fuse(&words, &meaning);
+        let fused = fuse(&words, &meaning, |_| true);
         let order: Vec<u64> = fused.iter().map(|f| f.id.0).collect();
         // Words: mean 5, sd sqrt(32/3); meaning: mean 2/3, sd sqrt(0.14/9). 1: (8 / sd_w + 0)
         // / 2 = 1.2247; 3: (0 + 0.3 / sd_m) / 2 = 1.2027; 4: 0.2 / sd_m / 2 = 0.8018;
@@ -325,7 +346,19 @@ mod tests {
         assert!(fused[0].by_words && fused[0].chunk == Some((0, 3)));
         assert!(!fused[2].by_words && fused[2].chunk == Some((5, 9)));
         assert_eq!(fused[3].chunk, None);
-        assert!(fuse::<MessageId>(&[], &[]).is_empty());
+        assert!(fuse::<MessageId>(&[], &[], |_| true).is_empty());
+
+        // Message 2 not embedded yet (the embeddings could not have found it): second by
+        // words, it is given the embeddings' second score (0.2 / sd_m, rescaled: 1.604) for
+        // its meaning: (1.2247 + 1.604) / 2 = 1.414, first.
+        let fused = fuse(&words, &meaning, |m| m != MessageId(2));
+        let order: Vec<u64> = fused.iter().map(|f| f.id.0).collect();
+        assert_eq!(order, [2, 1, 3, 4]);
+        assert!(
+            (fused[0].score - (4.0 / sd_w + 0.2 / sd_m) / 2.0).abs() < 1e-4,
+            "{}",
+            fused[0].score
+        );
     }
 
     #[test]

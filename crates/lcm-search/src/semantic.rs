@@ -176,6 +176,15 @@ impl Semantic {
         self.read_summaries(|v| SummaryId(v.watermark()))
     }
 
+    /// Messages of `store` not embedded yet (the catch-up has not reached them): search by
+    /// meaning cannot find them until it does.
+    pub fn messages_not_embedded(&self, store: &impl RecordSource) -> Result<u64> {
+        Ok(store
+            .next_message_id()?
+            .0
+            .saturating_sub(self.watermark()?.0))
+    }
+
     /// Whether messages or summaries of `store` are not embedded yet.
     pub fn is_behind(&self, store: &impl RecordSource) -> Result<bool> {
         Ok(self.watermark()? < store.next_message_id()?

@@ -581,6 +581,9 @@ fn ranked_summary_hits(
         .saturating_add(1)
         .max(lcm_search::HYBRID_POOL);
     let admits = |id: u64| in_scope.contains_key(&id);
+    // Read before the search (see `lcm_search::fuse`): summaries not embedded yet are scored
+    // by their words alone.
+    let embedded_below = semantic.summary_watermark().map_err(store_err(NAME))?.0;
     let meaning: Vec<(u64, f32, (u32, u32))> = semantic
         .search_summaries(&plan.pattern, pool, plan.session, Some(&admits))
         .map_err(store_err(NAME))?
@@ -595,7 +598,7 @@ fn ranked_summary_hits(
             }
         }
     }
-    let ranked = lcm_search::fuse(&by_words, &meaning);
+    let ranked = lcm_search::fuse(&by_words, &meaning, |id| id < embedded_below);
     for (i, f) in ranked.iter().enumerate().skip(offset) {
         if i == offset + want {
             return Ok(Some(i as u64));
@@ -898,6 +901,18 @@ fn render(
     mut next: Option<Pos>,
 ) -> Result<Value, ToolError> {
     let counter = ctx.store.counter();
+    // Messages the embeddings have not reached: said, so that an agent knows a search by
+    // meaning could not find them yet.
+    let not_embedded = match (plan.target, ctx.index.as_ref().and_then(|i| i.semantic())) {
+        (Target::Messages | Target::Both, Some(semantic)) => {
+            let pending = semantic
+                .messages_not_embedded(&ctx.store)
+                .map_err(store_err(NAME))?;
+            lcm_search::grep::not_embedded_note(Some(pending), plan.mode)
+                .map(|note| json!({"messages": pending, "note": note}))
+        }
+        _ => None,
+    };
     let mut regions = RegionFinder::new(reader);
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: HashMap<String, usize> = HashMap::new();
@@ -956,6 +971,7 @@ fn render(
             total,
             next.as_ref(),
             held_back.is_some(),
+            not_embedded.as_ref(),
         );
         if json_tokens(counter, &page) <= plan.max_tokens || shown <= 1 {
             return Ok(page);
@@ -981,6 +997,7 @@ fn page_json(
     fetched: usize,
     next: Option<&Pos>,
     truncated: bool,
+    not_embedded: Option<&Value>,
 ) -> Value {
     let groups: Vec<Value> = groups
         .iter()
@@ -1009,6 +1026,9 @@ fn page_json(
         page["note"] = json!(
             "groups: the summary standing for the hits in the context now (raw_tail: still verbatim in the context); covered_by: the smallest summary containing the hit"
         );
+    }
+    if let Some(pending) = not_embedded {
+        page["not_embedded"] = pending.clone();
     }
     if truncated {
         page["truncated"] = json!(format!(
