@@ -388,7 +388,7 @@ async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("lcm");
     let config = common::config_with_embeddings(&model);
-    let (data, a, _) = filled(&dir, &config);
+    let (data, a, b) = filled(&dir, &config);
     let late = [
         "The violin lesson moved to Thursday at five.",
         "Remember to water the basil on the balcony.",
@@ -401,32 +401,62 @@ async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
     }
     // The words index catches up (as it does within milliseconds); the embeddings do not.
     data.index.catch_up(&data.store, |_, _| {}).unwrap();
+    // Appended since: in neither index yet.
+    let newest = data
+        .store
+        .append(
+            a,
+            NewMessage::text(Role::User, "The violin case needs a new handle."),
+        )
+        .unwrap()
+        .id;
     let page = |mode| search(&data, mode, "violin", Scope::default(), None);
     let hybrid = page(GrepMode::Hybrid);
-    assert_eq!(hybrid.not_embedded, Some(3));
-    // Found by its words, and given the embeddings' score at its rank by words (its meaning
-    // is unknown, not far): within the first page of 20.
-    let wide = grep(
-        &data.store,
-        &data.index,
-        &Config::default().search,
-        &GrepRequest {
-            pattern: "violin".into(),
-            mode: GrepMode::Hybrid,
-            scope: Scope::default(),
-            limit: Some(20),
-            cursor: None,
-        },
-    )
-    .unwrap();
-    let late_hit = wide
+    assert_eq!(hybrid.not_embedded, Some(4));
+    // Found by their words (the newest by a scan past the words index's watermark), each
+    // given the embeddings' score at its rank by words (its meaning is unknown, not far):
+    // within the first page of 20.
+    let wide = |scope: Scope| {
+        grep(
+            &data.store,
+            &data.index,
+            &Config::default().search,
+            &GrepRequest {
+                pattern: "violin".into(),
+                mode: GrepMode::Hybrid,
+                scope,
+                limit: Some(20),
+                cursor: None,
+            },
+        )
+        .unwrap()
+    };
+    let all = wide(Scope::default());
+    let late_hits: Vec<_> = all
         .hits
         .iter()
-        .find(|h| text_of(&data, h.message).contains("violin"))
-        .unwrap_or_else(|| panic!("hybrid finds a late message by its words: {wide:?}"));
-    assert_eq!(late_hit.found_by, [GrepMode::FullText]);
+        .filter(|h| text_of(&data, h.message).contains("violin"))
+        .collect();
+    assert_eq!(
+        late_hits.len(),
+        3,
+        "hybrid finds the late messages by their words: {all:?}"
+    );
+    assert!(late_hits.iter().all(|h| h.found_by == [GrepMode::FullText]));
+    assert!(late_hits.iter().any(|h| h.message == newest));
+    // The scan keeps to the scope: session b has no violin.
+    let in_b = wide(Scope {
+        session: Some(b),
+        ..Scope::default()
+    });
+    assert!(in_b.hits.iter().all(|h| h.session == b), "{in_b:?}");
+    assert!(
+        in_b.hits
+            .iter()
+            .all(|h| !text_of(&data, h.message).contains("violin"))
+    );
     let semantic = page(GrepMode::Semantic);
-    assert_eq!(semantic.not_embedded, Some(3));
+    assert_eq!(semantic.not_embedded, Some(4));
     assert!(
         semantic
             .hits
@@ -458,10 +488,10 @@ async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
         }
     };
     let found = tool("semantic").await;
-    assert_eq!(found["not_embedded"]["messages"], 3, "{found}");
+    assert_eq!(found["not_embedded"]["messages"], 4, "{found}");
     let note = found["not_embedded"]["note"].as_str().unwrap();
     assert!(
-        note.contains("3 newest messages are not embedded yet"),
+        note.contains("4 newest messages are not embedded yet"),
         "{note}"
     );
     assert!(tool("full_text").await.get("not_embedded").is_none());
@@ -498,12 +528,12 @@ async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
     drop(data);
     let printed = cli(false);
     assert!(
-        printed.contains("note: 3 newest messages are not embedded yet")
+        printed.contains("note: 4 newest messages are not embedded yet")
             && printed.contains("hybrid search finds them by their words only"),
         "{printed}"
     );
     let printed: serde_json::Value = serde_json::from_str(&cli(true)).unwrap();
-    assert_eq!(printed["not_embedded"], 3);
+    assert_eq!(printed["not_embedded"], 4);
 
     // Embedded: nothing to say.
     let data = DataDir::open(&dir, &config).unwrap();

@@ -113,7 +113,7 @@ impl Scope {
         self.admits_fields(m.session, m.role, m.created_at)
     }
 
-    fn admits_record(&self, m: &RecordView<'_>) -> bool {
+    pub(crate) fn admits_record(&self, m: &RecordView<'_>) -> bool {
         self.admits_fields(m.session(), m.role(), m.created_at())
     }
 

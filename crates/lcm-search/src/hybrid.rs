@@ -6,7 +6,9 @@
 //! pool's lowest, and a message scores the mean of its two rescaled scores (0 on a side that
 //! did not find it). A message the embeddings cannot have found, not being embedded yet (the
 //! vector index catches up in the background), is given for its meaning the embeddings'
-//! score at its rank by words: its meaning is unknown, not far. Measured on the LoCoMo development set, this finds more evidence in the
+//! score at its rank by words: its meaning is unknown, not far. Likewise the words' side
+//! scans the messages past the words index's watermark for the query's words, as full-text
+//! grep does, and gives each the ranked score at its rank ([`words_tail`]). Measured on the LoCoMo development set, this finds more evidence in the
 //! first ten hits than reciprocal rank fusion (k = 60), which ranks a message found by one
 //! side alone far down however strongly that side found it, and a little more than rescaling
 //! to 0..1 by the pool's range (docs/PERFORMANCE.md, "Hybrid recall").
@@ -203,8 +205,19 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             (meaning, words)
         });
+        let words = words?;
+        let mut by_words = words.hits;
+        let tail = words_tail(
+            store,
+            index,
+            &request.pattern,
+            scope,
+            words.indexed,
+            &by_words,
+        )?;
+        by_words.extend(tail);
         (
-            fuse(&words?.hits, &meaning?, |m: MessageId| m < embedded_below),
+            fuse(&by_words, &meaning?, |m: MessageId| m < embedded_below),
             Strategy::Hybrid,
         )
     } else {
@@ -269,6 +282,63 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         strategy,
         not_embedded: Some(semantic.messages_not_embedded(store)?),
     })
+}
+
+/// The words' side of messages the words index has not reached (from `indexed`, its
+/// watermark, on: normally the few appended in the last milliseconds; more in a process that
+/// reads a data directory whose index fell behind). Up to [`POOL`] of them in `scope` that
+/// hold a query word, each given the raw score `ranked` (the index's ranking, best first) has
+/// at its rank by the number of query words it holds: its BM25 is unknown, not low (as a
+/// message not embedded yet is given for its meaning, see [`fuse`]).
+fn words_tail<S: RecordSource>(
+    store: &S,
+    index: &SearchIndex,
+    query: &str,
+    scope: &crate::grep::Scope,
+    indexed: MessageId,
+    ranked: &[(MessageId, f32)],
+) -> Result<Vec<(MessageId, f32)>> {
+    let end = store.next_message_id()?;
+    if indexed >= end {
+        return Ok(Vec::new());
+    }
+    let terms = query_terms(index, query)?;
+    if terms.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut analyzer = index.words_analyzer()?;
+    let mut found: Vec<(MessageId, usize)> = Vec::new();
+    store.reader()?.range_records(indexed..end, |id, record| {
+        let view = RecordView::read(record)?;
+        if !scope.admits_record(&view) {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let mut stream = analyzer.token_stream(view.text()?);
+        let mut matches = 0;
+        while let Some(token) = stream.next() {
+            matches += usize::from(terms.contains(&token.text));
+        }
+        if matches > 0 {
+            found.push((id, matches));
+        }
+        Ok(if found.len() >= POOL {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        })
+    })?;
+    found.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let at_rank = |rank: usize| {
+        ranked
+            .get(rank)
+            .or(ranked.last())
+            .map_or(1.0, |&(_, score)| score)
+    };
+    Ok(found
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (id, _))| (id, at_rank(rank)))
+        .collect())
 }
 
 fn floor_char_boundary(text: &str, mut i: usize) -> usize {
