@@ -196,3 +196,85 @@ fn an_index_whose_newest_files_were_lost_or_truncated_is_rebuilt_or_caught_up() 
         }
     }
 }
+
+/// A store restored from a copy older than its index (a backup put back, the index directory
+/// left as it was): the index holds messages the store no longer has, under ids the store
+/// gives to new messages. Reopening rebuilds it from the store (its watermark cannot be past
+/// the store's end), so the new messages are found by full-text search and grep, the ones the
+/// restore took away are not, and the integrity check is clean.
+#[test]
+fn an_index_ahead_of_a_restored_store_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let backup = tmp.path().join("backup.redb");
+    let store_file = data.join(lcm::search::data_dir::STORE_FILE);
+    {
+        let dir = DataDir::open(&data, &Config::default()).unwrap();
+        let session = dir.store.ensure_session("s").unwrap();
+        let first = (0..50)
+            .map(|n| NewMessage::text(Role::User, text(n)))
+            .collect();
+        dir.store.append_batch(session, first).unwrap();
+        dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+        drop(dir);
+        std::fs::copy(&store_file, &backup).unwrap();
+        let dir = DataDir::open(&data, &Config::default()).unwrap();
+        let later = (50..100)
+            .map(|n| NewMessage::text(Role::User, text(n)))
+            .collect();
+        dir.store.append_batch(session, later).unwrap();
+        dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+        dir.index.finish_merges().unwrap();
+        assert_eq!(dir.index.watermark().0, 100);
+    }
+    std::fs::copy(&backup, &store_file).unwrap();
+    let dir = DataDir::open(&data, &Config::default()).unwrap();
+    assert!(
+        dir.index.watermark().0 <= 50,
+        "the index's watermark is past the restored store's end: {}",
+        dir.index.watermark().0
+    );
+    // New messages take the ids 50.. again, with other words.
+    let session = dir.store.ensure_session("s").unwrap();
+    let fresh: Vec<MessageId> = dir
+        .store
+        .append_batch(
+            session,
+            (0..20)
+                .map(|n| NewMessage::text(Role::User, format!("after the restore, note rq{n}y")))
+                .collect(),
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(fresh[0].0, 50);
+    dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+    assert_eq!(dir.index.num_docs(), 70);
+    let config = Config::default();
+    let find = |pattern: String, mode: GrepMode| {
+        let request = GrepRequest {
+            pattern,
+            mode,
+            scope: Scope::default(),
+            limit: Some(5),
+            cursor: None,
+        };
+        lcm::grep(&*dir.store, &dir.index, &config.search, &request)
+            .unwrap()
+            .hits
+            .iter()
+            .map(|h| h.message)
+            .collect::<Vec<_>>()
+    };
+    for mode in [GrepMode::FullText, GrepMode::Regex] {
+        for (n, id) in fresh.iter().enumerate() {
+            assert_eq!(find(format!("rq{n}y"), mode), [*id], "{mode:?}");
+        }
+        // What the restore took away is gone from the index too.
+        assert_eq!(find("zq75x".into(), mode), [], "{mode:?}");
+        assert_eq!(find("zq7x".into(), mode), [MessageId(7)], "{mode:?}");
+    }
+    let report = integrity::check(&dir.store, Some(&*dir.index)).unwrap();
+    assert!(report.is_clean(), "{:?}", report.violations);
+}

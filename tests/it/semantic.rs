@@ -549,6 +549,87 @@ async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
     assert!(!cli(false).contains("note:"));
 }
 
+/// A store restored from a copy older than its vector index: the vectors of messages the
+/// store no longer has would stand for the new messages given their ids. Until it is embedded
+/// again a search by meaning says so; the next catch-up starts over, and the new messages are
+/// then found by their own meaning.
+#[test]
+fn vectors_ahead_of_a_restored_store_are_embedded_again() {
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lcm");
+    let backup = tmp.path().join("backup.redb");
+    let store_file = dir.join(lcm::search::data_dir::STORE_FILE);
+    let config = common::config_with_embeddings(&model);
+    let catch_up = |data: &DataDir| {
+        data.index.catch_up(&data.store, |_, _| {}).unwrap();
+        data.index
+            .semantic()
+            .unwrap()
+            .catch_up_until(&data.store, |_, _| {}, || false)
+            .unwrap()
+    };
+    let (data, a, _) = filled(&dir, &config);
+    drop(data);
+    std::fs::copy(&store_file, &backup).unwrap();
+    {
+        let data = DataDir::open(&dir, &config).unwrap();
+        for text in [
+            "The violin lesson moved to Thursday.",
+            "The basil needs water.",
+        ] {
+            data.store
+                .append(a, NewMessage::text(Role::User, text))
+                .unwrap();
+        }
+        catch_up(&data);
+        assert_eq!(data.index.semantic().unwrap().watermark().unwrap().0, 47);
+    }
+    std::fs::copy(&backup, &store_file).unwrap();
+    let data = DataDir::open(&dir, &config).unwrap();
+    let fresh = data
+        .store
+        .append(
+            a,
+            NewMessage::text(Role::User, "Our train to Porto leaves at noon."),
+        )
+        .unwrap()
+        .id;
+    assert_eq!(fresh.0, 45, "the id the violin lesson had");
+    let request = |mode| GrepRequest {
+        pattern: "Our train to Porto leaves at noon.".into(),
+        mode,
+        scope: Scope::default(),
+        limit: Some(5),
+        cursor: None,
+    };
+    let search = |mode| {
+        grep(
+            &data.store,
+            &data.index,
+            &Config::default().search,
+            &request(mode),
+        )
+    };
+    let refused = search(GrepMode::Semantic).unwrap_err().to_string();
+    assert!(
+        refused.contains("past the store's end") && refused.contains("lcm reindex"),
+        "{refused}"
+    );
+    // The catch-up embeds everything again (45 old messages and the new one).
+    assert_eq!(catch_up(&data), 46);
+    let page = search(GrepMode::Semantic).unwrap();
+    assert_eq!(page.hits[0].message, fresh);
+    // Its own text (followed by the head of the turn before it): the stale vector of the
+    // violin lesson scored 0.32.
+    assert!(page.hits[0].score.unwrap() > 0.6, "{page:?}");
+    assert_eq!(page.not_embedded, Some(0));
+    let check = data.index.semantic().unwrap().check(&data.store).unwrap();
+    assert!(check.is_clean(), "{check:?}");
+}
+
 #[test]
 fn a_rebuild_gives_the_same_results_and_a_new_model_starts_over() {
     let Some(model) = common::embed_model_dir() else {

@@ -183,6 +183,7 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         }
     };
     let wanted = offset + limit + 1;
+    semantic.refuse_if_ahead_of(store)?;
     // Read before the search: a message embedded meanwhile is one the search may have missed.
     let embedded_below = semantic.watermark()?;
     let scope = &request.scope;

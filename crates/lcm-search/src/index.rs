@@ -225,10 +225,22 @@ impl SearchIndex {
         config: &SearchConfig,
     ) -> Result<SearchIndex> {
         let dir = dir.as_ref();
-        let (index, reader, trigrams, watermark) = match Self::open_existing(
-            dir,
-            !store.is_read_only(),
-        )? {
+        let end = store.next_message_id()?.0;
+        let existing = Self::open_existing(dir, !store.is_read_only())?.filter(|found| {
+            // An index past the store's end holds messages the store no longer has (the store
+            // was restored from an older copy), under ids it gives to new messages: rebuilt.
+            let ahead = found.3 > end;
+            if ahead {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    index_watermark = found.3,
+                    store_end = end,
+                    "the search index holds messages past the store's end (was the store restored from an older copy?)"
+                );
+            }
+            !ahead
+        });
+        let (index, reader, trigrams, watermark) = match existing {
             Some((index, reader, trigrams, watermark)) => {
                 (index, Some(reader), trigrams, watermark)
             }

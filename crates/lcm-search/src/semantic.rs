@@ -185,6 +185,27 @@ impl Semantic {
             .saturating_sub(self.watermark()?.0))
     }
 
+    /// Whether the vectors go past `store`'s end (messages or summaries): the store was
+    /// restored from an older copy, and they may stand for other texts than its own.
+    pub fn ahead_of(&self, store: &impl RecordSource) -> Result<bool> {
+        Ok(self.watermark()? > store.next_message_id()?
+            || self.summary_watermark()? > store.next_summary_id()?)
+    }
+
+    /// [`StoreError::InvalidQuery`] saying why, when the vectors are [`Self::ahead_of`]
+    /// `store`: a search by meaning would find other texts than the store's.
+    pub fn refuse_if_ahead_of(&self, store: &impl RecordSource) -> Result<()> {
+        if self.ahead_of(store)? {
+            return Err(StoreError::InvalidQuery(
+                "the vector index holds entries past the store's end (was the store restored \
+                 from an older copy?): search by meaning waits until it is embedded again, \
+                 which the next catch-up does (`lcm serve`, an import, or `lcm reindex`)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether messages or summaries of `store` are not embedded yet.
     pub fn is_behind(&self, store: &impl RecordSource) -> Result<bool> {
         Ok(self.watermark()? < store.next_message_id()?
@@ -225,6 +246,19 @@ impl Semantic {
             .catching_up
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if self.ahead_of(store)? {
+            // The store was restored from an older copy: the vectors past its end, and those
+            // of summaries it may no longer have, stand for other texts. Embedded again.
+            tracing::warn!(
+                "the vector index holds entries past the store's end (was the store restored from an older copy?); embedding everything again"
+            );
+            for index in [&loaded.vectors, &loaded.summaries] {
+                index
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear()?;
+            }
+        }
         // Lists due before any commit (an index opened without them).
         for index in [&loaded.vectors, &loaded.summaries] {
             retrain_lists_if_due(index)?;

@@ -581,8 +581,11 @@ fn ranked_summary_hits(
         .saturating_add(1)
         .max(lcm_search::HYBRID_POOL);
     let admits = |id: u64| in_scope.contains_key(&id);
+    semantic
+        .refuse_if_ahead_of(&*ctx.store)
+        .map_err(store_err(NAME))?;
     // Read before the search (see `lcm_search::fuse`): summaries not embedded yet are scored
-    // by their words alone.
+    // by the embeddings' score at their rank by words.
     let embedded_below = semantic.summary_watermark().map_err(store_err(NAME))?.0;
     let meaning: Vec<(u64, f32, (u32, u32))> = semantic
         .search_summaries(&plan.pattern, pool, plan.session, Some(&admits))
