@@ -677,7 +677,7 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
     let (mut vectors, opened) = VectorIndex::open(
         &dir.join(VECTORS_DIR),
         embedder.dimension(),
-        embedder.model_id(),
+        &lcm::search::semantic::messages_index_id(&embedder),
         true,
     )
     .expect("open vectors");

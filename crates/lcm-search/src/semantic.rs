@@ -110,12 +110,7 @@ impl Semantic {
                         model_dir.display()
                     )
                 })?;
-            // How messages are embedded is part of what built their index: an index of
-            // messages embedded another way (before the context existed, say) is rebuilt.
-            let messages_id = format!(
-                "{}; messages with {CONTEXT_TOKENS} word pieces of the previous",
-                embedder.model_id()
-            );
+            let messages_id = messages_index_id(&embedder);
             let (mut vectors, opened) = VectorIndex::open(
                 &self.dir,
                 embedder.dimension(),
@@ -616,6 +611,16 @@ impl Semantic {
         }
         Ok(report)
     }
+}
+
+/// The model id the messages' vector index is built under: the model's, and how a message is
+/// embedded (with the head of the one before it), so that an index of messages embedded
+/// another way (before the context existed, say) is rebuilt.
+pub fn messages_index_id(embedder: &Embedder) -> String {
+    format!(
+        "{}; messages with {CONTEXT_TOKENS} word pieces of the previous",
+        embedder.model_id()
+    )
 }
 
 /// What the model reads for a message's first chunk: the chunk, then on a line of its own
