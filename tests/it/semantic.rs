@@ -39,12 +39,19 @@ fn filled(dir: &Path, config: &Config) -> (DataDir, SessionId, SessionId) {
     data.store
         .append(b, NewMessage::text(Role::User, FACTS[0]))
         .unwrap();
-    data.index.catch_up(&data.store, |_, _| {}).unwrap();
-    let semantic = data.index.semantic().expect("a model is configured");
-    semantic
-        .catch_up_until(&data.store, |_, _| {}, || false)
-        .unwrap();
+    caught_up(&data);
     (data, a, b)
+}
+
+/// Catches the words index, then the embeddings, up with the store; returns the messages and
+/// summaries embedded.
+fn caught_up(data: &DataDir) -> u64 {
+    data.index.catch_up(&data.store, |_, _| {}).unwrap();
+    data.index
+        .semantic()
+        .expect("a model is configured")
+        .catch_up_until(&data.store, |_, _| {}, || false)
+        .unwrap()
 }
 
 fn search(
@@ -283,12 +290,7 @@ fn a_message_is_embedded_with_the_head_of_the_message_before_it_in_its_session()
             .store
             .append(b, NewMessage::text(Role::Assistant, "Noted."))
             .unwrap();
-        data.index.catch_up(&data.store, |_, _| {}).unwrap();
-        data.index
-            .semantic()
-            .unwrap()
-            .catch_up_until(&data.store, |_, _| {}, || false)
-            .unwrap();
+        caught_up(&data);
 
         // The first message of a session is embedded alone: its own text is its nearest query.
         let alone = meaning_score(&data, question, q.id);
@@ -334,12 +336,7 @@ fn the_query_and_document_prompts_are_put_before_what_is_embedded() {
         config.embeddings.query_prompt = Some(query_prompt.into());
         config.embeddings.document_prompt = document_prompt.map(str::to_string);
         let data = DataDir::open(&dir, &config).unwrap();
-        data.index.catch_up(&data.store, |_, _| {}).unwrap();
-        data.index
-            .semantic()
-            .unwrap()
-            .catch_up_until(&data.store, |_, _| {}, || false)
-            .unwrap();
+        caught_up(&data);
         data
     };
     let id = {
@@ -350,11 +347,7 @@ fn the_query_and_document_prompts_are_put_before_what_is_embedded() {
             .append(s, NewMessage::text(Role::User, fact))
             .unwrap()
             .id;
-        data.index
-            .semantic()
-            .unwrap()
-            .catch_up_until(&data.store, |_, _| {}, || false)
-            .unwrap();
+        caught_up(&data);
         // Stored as "passage: {fact}": that text is its nearest query, the fact alone is not.
         let prompted = meaning_score(&data, &format!("passage: {fact}"), id);
         let bare = meaning_score(&data, fact, id);
@@ -537,11 +530,7 @@ async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
 
     // Embedded: nothing to say.
     let data = DataDir::open(&dir, &config).unwrap();
-    data.index
-        .semantic()
-        .unwrap()
-        .catch_up_until(&data.store, |_, _| {}, || false)
-        .unwrap();
+    caught_up(&data);
     let semantic = search(&data, GrepMode::Semantic, "violin", Scope::default(), None);
     assert_eq!(semantic.not_embedded, Some(0));
     assert!(text_of(&data, semantic.hits[0].message).contains("violin"));
@@ -563,14 +552,6 @@ fn vectors_ahead_of_a_restored_store_are_embedded_again() {
     let backup = tmp.path().join("backup.redb");
     let store_file = dir.join(lcm::search::data_dir::STORE_FILE);
     let config = common::config_with_embeddings(&model);
-    let catch_up = |data: &DataDir| {
-        data.index.catch_up(&data.store, |_, _| {}).unwrap();
-        data.index
-            .semantic()
-            .unwrap()
-            .catch_up_until(&data.store, |_, _| {}, || false)
-            .unwrap()
-    };
     let (data, a, _) = filled(&dir, &config);
     drop(data);
     std::fs::copy(&store_file, &backup).unwrap();
@@ -584,7 +565,7 @@ fn vectors_ahead_of_a_restored_store_are_embedded_again() {
                 .append(a, NewMessage::text(Role::User, text))
                 .unwrap();
         }
-        catch_up(&data);
+        caught_up(&data);
         assert_eq!(data.index.semantic().unwrap().watermark().unwrap().0, 47);
     }
     std::fs::copy(&backup, &store_file).unwrap();
@@ -619,7 +600,7 @@ fn vectors_ahead_of_a_restored_store_are_embedded_again() {
         "{refused}"
     );
     // The catch-up embeds everything again (45 old messages and the new one).
-    assert_eq!(catch_up(&data), 46);
+    assert_eq!(caught_up(&data), 46);
     let page = search(GrepMode::Semantic).unwrap();
     assert_eq!(page.hits[0].message, fresh);
     // Its own text (followed by the head of the turn before it): the stale vector of the

@@ -184,8 +184,11 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
     };
     let wanted = offset + limit + 1;
     semantic.refuse_if_ahead_of(store)?;
-    // Read before the search: a message embedded meanwhile is one the search may have missed.
+    // Read before the search: a message embedded (or stored) meanwhile is one the search may
+    // have missed.
     let embedded_below = semantic.watermark()?;
+    let end = store.next_message_id()?;
+    let terms = query_terms(index, &request.pattern)?;
     let scope = &request.scope;
     let hybrid = request.mode == GrepMode::Hybrid;
     let by_meaning = || -> Result<Vec<Meaning>> {
@@ -208,14 +211,7 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         });
         let words = words?;
         let mut by_words = words.hits;
-        let tail = words_tail(
-            store,
-            index,
-            &request.pattern,
-            scope,
-            words.indexed,
-            &by_words,
-        )?;
+        let tail = words_tail(store, index, &terms, scope, words.indexed..end, &by_words)?;
         by_words.extend(tail);
         (
             fuse(&by_words, &meaning?, |m: MessageId| m < embedded_below),
@@ -238,7 +234,6 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         lifted_by_neighbours(&reader, &mut ranked)?;
     }
     let more = ranked.len() > offset + limit;
-    let terms = query_terms(index, &request.pattern)?;
     let mut hits = Vec::with_capacity(limit);
     for f in ranked.iter().skip(offset).take(limit) {
         let Some(m) = reader.try_message(f.id)? else {
@@ -281,35 +276,31 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         hits,
         next_cursor: more.then(|| Cursor::Ranked(offset + limit).encode(fingerprint)),
         strategy,
-        not_embedded: Some(semantic.messages_not_embedded(store)?),
+        not_embedded: Some(end.0.saturating_sub(embedded_below.0)),
     })
 }
 
-/// The words' side of messages the words index has not reached (from `indexed`, its
-/// watermark, on: normally the few appended in the last milliseconds; more in a process that
-/// reads a data directory whose index fell behind). Up to [`POOL`] of them in `scope` that
-/// hold a query word, each given the raw score `ranked` (the index's ranking, best first) has
-/// at its rank by the number of query words it holds: its BM25 is unknown, not low (as a
-/// message not embedded yet is given for its meaning, see [`fuse`]).
+/// The words' side of the messages `tail` the words index has not reached (from its
+/// watermark to the store's end: normally the few appended in the last milliseconds; more in a
+/// process that reads a data directory whose index fell behind). Up to [`POOL`] of them in
+/// `scope` that hold one of the query's `terms`, each given the raw score `ranked` (the
+/// index's ranking, best first) has at its rank by the number of query words it holds: its
+/// BM25 is unknown, not low (as a message not embedded yet is given for its meaning, see
+/// [`fuse`]).
 fn words_tail<S: RecordSource>(
     store: &S,
     index: &SearchIndex,
-    query: &str,
+    terms: &HashSet<String>,
     scope: &crate::grep::Scope,
-    indexed: MessageId,
+    tail: std::ops::Range<MessageId>,
     ranked: &[(MessageId, f32)],
 ) -> Result<Vec<(MessageId, f32)>> {
-    let end = store.next_message_id()?;
-    if indexed >= end {
-        return Ok(Vec::new());
-    }
-    let terms = query_terms(index, query)?;
-    if terms.is_empty() {
+    if tail.is_empty() || terms.is_empty() {
         return Ok(Vec::new());
     }
     let mut analyzer = index.words_analyzer()?;
     let mut found: Vec<(MessageId, usize)> = Vec::new();
-    store.reader()?.range_records(indexed..end, |id, record| {
+    store.reader()?.range_records(tail, |id, record| {
         let view = RecordView::read(record)?;
         if !scope.admits_record(&view) {
             return Ok(ControlFlow::Continue(()));

@@ -247,12 +247,7 @@ impl Semantic {
             tracing::warn!(
                 "the vector index holds entries past the store's end (was the store restored from an older copy?); embedding everything again"
             );
-            for index in [&loaded.vectors, &loaded.summaries] {
-                index
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clear()?;
-            }
+            clear(loaded)?;
         }
         // Lists due before any commit (an index opened without them).
         for index in [&loaded.vectors, &loaded.summaries] {
@@ -395,12 +390,7 @@ impl Semantic {
                 .catching_up
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            for index in [&loaded.vectors, &loaded.summaries] {
-                index
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clear()?;
-            }
+            clear(loaded)?;
         }
         self.catch_up_until(store, progress, stop)
     }
@@ -657,6 +647,17 @@ fn context_head(embedder: &Embedder, text: &str) -> Result<String> {
         .head(text, CONTEXT_TOKENS)
         .map_err(model_error)?
         .to_string())
+}
+
+/// Drops every vector of messages and of summaries (the caller holds `catching_up`).
+fn clear(loaded: &Loaded) -> Result<()> {
+    for index in [&loaded.vectors, &loaded.summaries] {
+        index
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear()?;
+    }
+    Ok(())
 }
 
 /// A model's failure, as the store's error type the catch-up and searches return.

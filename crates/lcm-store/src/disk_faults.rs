@@ -193,8 +193,30 @@ impl Store {
 mod tests {
     use super::*;
     use crate::error::StoreError;
+    use lcm_core::ids::SessionId;
     use lcm_core::message::{NewMessage, Role};
     use lcm_core::tokens::{Encoding, TokenCounter};
+
+    /// The texts of `session`'s messages, in order.
+    fn texts(store: &Store, session: SessionId) -> Vec<String> {
+        store
+            .session_messages(session, 0..10)
+            .unwrap()
+            .iter()
+            .map(|m| m.search_text().into_owned())
+            .collect()
+    }
+
+    /// A store on a healthy faulty disk at `path` with one session holding "kept".
+    fn store_with_one_message(path: &Path) -> (Store, SessionId) {
+        let options = StoreOptions::new(TokenCounter::new(Encoding::O200kBase));
+        let store = Store::open_on_faulty_disk(path, options, DiskSwitch::default()).unwrap();
+        let session = store.create_session("s", None).unwrap();
+        store
+            .append(session, NewMessage::text(Role::User, "kept"))
+            .unwrap();
+        (store, session)
+    }
 
     /// After a full or failing disk fails a commit (redb then refuses the database until it is
     /// opened again), the same store handle works again once the disk is healthy: it reopens
@@ -232,14 +254,6 @@ mod tests {
             store
                 .append(session, NewMessage::text(Role::User, "after"))
                 .unwrap_or_else(|e| panic!("{mode}: the store works again: {e}"));
-            let texts = |store: &Store| -> Vec<String> {
-                store
-                    .session_messages(session, 0..10)
-                    .unwrap()
-                    .iter()
-                    .map(|m| m.search_text().into_owned())
-                    .collect()
-            };
             // Every acknowledged message, in order. A commit whose writes reached the file but
             // whose sync failed was never acknowledged, and a disk may still have kept it (as
             // a real one may after a failed fsync): only then may it be found.
@@ -251,12 +265,12 @@ mod tests {
                     assert_eq!(found.len(), 2, "{mode} {when}: {found:?}");
                 }
             };
-            check(texts(&store), "after the failure");
+            check(texts(&store, session), "after the failure");
             let report = crate::integrity::check(&store, None).unwrap();
             assert!(report.is_clean(), "{mode}: {:?}", report.violations);
             drop(store);
             let store = Store::open(&path, options()).unwrap();
-            check(texts(&store), "after reopening");
+            check(texts(&store, session), "after reopening");
         }
     }
 
@@ -267,13 +281,7 @@ mod tests {
     #[test]
     fn a_reopen_waits_for_a_write_transaction_of_the_failed_database() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("lcm.redb");
-        let options = || StoreOptions::new(TokenCounter::new(Encoding::O200kBase));
-        let store = Store::open_on_faulty_disk(&path, options(), DiskSwitch::default()).unwrap();
-        let session = store.create_session("s", None).unwrap();
-        store
-            .append(session, NewMessage::text(Role::User, "kept"))
-            .unwrap();
+        let (store, session) = store_with_one_message(&dir.path().join("lcm.redb"));
         let held = store.db.begin_write().unwrap();
         // What a failed write of another transaction leaves: the flag raised while this one
         // still runs.
@@ -286,13 +294,7 @@ mod tests {
             append.join().unwrap()
         });
         appended.unwrap_or_else(|e| panic!("the append waits for the reopen: {e}"));
-        let texts: Vec<String> = store
-            .session_messages(session, 0..10)
-            .unwrap()
-            .iter()
-            .map(|m| m.search_text().into_owned())
-            .collect();
-        assert_eq!(texts, ["kept", "after"]);
+        assert_eq!(texts(&store, session), ["kept", "after"]);
     }
 
     /// A file still held when the reopen gives up is a failure of the store's storage (the
@@ -302,14 +304,7 @@ mod tests {
     #[test]
     fn a_file_still_held_after_the_reopens_deadline_is_a_storage_failure() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("lcm.redb");
-        let options = || StoreOptions::new(TokenCounter::new(Encoding::O200kBase));
-        let mut store =
-            Store::open_on_faulty_disk(&path, options(), DiskSwitch::default()).unwrap();
-        let session = store.create_session("s", None).unwrap();
-        store
-            .append(session, NewMessage::text(Role::User, "kept"))
-            .unwrap();
+        let (mut store, session) = store_with_one_message(&dir.path().join("lcm.redb"));
         store
             .db
             .set_reopen_patience(std::time::Duration::from_millis(300));
@@ -325,13 +320,7 @@ mod tests {
         store
             .append(session, NewMessage::text(Role::User, "after"))
             .unwrap();
-        let texts: Vec<String> = store
-            .session_messages(session, 0..10)
-            .unwrap()
-            .iter()
-            .map(|m| m.search_text().into_owned())
-            .collect();
-        assert_eq!(texts, ["kept", "after"]);
+        assert_eq!(texts(&store, session), ["kept", "after"]);
     }
 
     #[test]

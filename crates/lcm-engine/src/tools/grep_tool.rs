@@ -906,8 +906,9 @@ fn render(
     let counter = ctx.store.counter();
     // Messages the embeddings have not reached: said, so that an agent knows a search by
     // meaning could not find them yet.
+    let by_meaning = matches!(plan.mode, GrepMode::Semantic | GrepMode::Hybrid);
     let not_embedded = match (plan.target, ctx.index.as_ref().and_then(|i| i.semantic())) {
-        (Target::Messages | Target::Both, Some(semantic)) => {
+        (Target::Messages | Target::Both, Some(semantic)) if by_meaning => {
             let pending = semantic
                 .messages_not_embedded(&ctx.store)
                 .map_err(store_err(NAME))?;
