@@ -257,7 +257,7 @@ fn build_index(n: usize) -> IndexFixture {
             .push(entry(i), flat[i * DIM..(i + 1) * DIM].to_vec())
             .expect("push");
         if (i + 1) % COMMIT_EVERY == 0 || i + 1 == n {
-            index.commit(i as u64 + 1).expect("commit");
+            index.commit(i as u64 + 1, None).expect("commit");
             // As the catch-up does after each commit.
             index.update_lists().expect("lists");
         }
@@ -509,7 +509,7 @@ fn real_embeddings(_: &mut Criterion) {
     for (i, v) in corpus.iter().enumerate() {
         index.push(entry(i), v.clone()).expect("push");
     }
-    index.commit(n as u64).expect("commit");
+    index.commit(n as u64, None).expect("commit");
     assert!(
         index.update_lists().expect("lists"),
         "lists trained at {n} entries"
@@ -577,11 +577,11 @@ fn drift(
     for (i, v) in corpus.iter().enumerate() {
         index.push(entry(i), v.clone()).expect("push");
         if i + 1 == n / 4 {
-            index.commit((i + 1) as u64).expect("commit");
+            index.commit((i + 1) as u64, None).expect("commit");
             assert!(index.update_lists().expect("lists"));
         }
     }
-    index.commit(n as u64).expect("commit");
+    index.commit(n as u64, None).expect("commit");
     assert!(index.lists_due(), "grown fourfold");
     let stale_count = index.list_count().unwrap_or(0);
     let t = Instant::now();
@@ -696,14 +696,14 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
         };
         vectors.push(entry, points.point(&mut rng)).expect("push");
         if (i + 1) % COMMIT_EVERY == 0 {
-            vectors.commit(message + 1).expect("commit");
+            vectors.commit(message + 1, None).expect("commit");
             // As the catch-up does after each commit: lists from 200,000 entries, anew at
             // 800,000.
             vectors.update_lists().expect("lists");
         }
     }
     let end = lengths.last().map_or(0, |l| l.0 + 1);
-    vectors.commit(end).expect("commit");
+    vectors.commit(end, None).expect("commit");
     vectors.update_lists().expect("lists");
     eprintln!(
         "meaning {n}: synthetic vectors written in {:.0} s",

@@ -278,3 +278,73 @@ fn an_index_ahead_of_a_restored_store_is_rebuilt() {
     let report = integrity::check(&dir.store, Some(&*dir.index)).unwrap();
     assert!(report.is_clean(), "{:?}", report.violations);
 }
+
+/// A data directory whose store file was replaced by another store with more messages (the
+/// index directory left as it was): the index's ids now stand for other texts, so it would
+/// hide the store's own messages from full-text search and grep. The last indexed message's
+/// fingerprint does not match the store's: reopening rebuilds the index, and every message of
+/// the new store is found, none of the old. Reopening beside its own store keeps the index.
+#[test]
+fn an_index_beside_a_replaced_store_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let other = tmp.path().join("other");
+    let config = Config::default();
+    {
+        let dir = DataDir::open(&data, &config).unwrap();
+        let session = dir.store.ensure_session("s").unwrap();
+        let first = (0..50)
+            .map(|n| NewMessage::text(Role::User, text(n)))
+            .collect();
+        dir.store.append_batch(session, first).unwrap();
+        dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+        dir.index.finish_merges().unwrap();
+    }
+    // Beside its own store the index is kept as it is: nothing to catch up.
+    {
+        let dir = DataDir::open(&data, &config).unwrap();
+        assert_eq!(dir.index.watermark().0, 50);
+        assert_eq!(dir.index.catch_up(&*dir.store, |_, _| {}).unwrap(), 0);
+    }
+    {
+        let dir = DataDir::open(&other, &config).unwrap();
+        let session = dir.store.ensure_session("t").unwrap();
+        let theirs = (0..80)
+            .map(|n| NewMessage::text(Role::User, format!("another store's note rq{n}y")))
+            .collect();
+        dir.store.append_batch(session, theirs).unwrap();
+    }
+    let store_file = lcm::search::data_dir::STORE_FILE;
+    std::fs::copy(other.join(store_file), data.join(store_file)).unwrap();
+    let dir = DataDir::open(&data, &config).unwrap();
+    assert_eq!(
+        dir.index.watermark().0,
+        0,
+        "the index of the replaced store is rebuilt"
+    );
+    dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+    assert_eq!(dir.index.num_docs(), 80);
+    let find = |pattern: String, mode: GrepMode| {
+        let request = GrepRequest {
+            pattern,
+            mode,
+            scope: Scope::default(),
+            limit: Some(5),
+            cursor: None,
+        };
+        lcm::grep(&*dir.store, &dir.index, &config.search, &request)
+            .unwrap()
+            .hits
+            .iter()
+            .map(|h| h.message)
+            .collect::<Vec<_>>()
+    };
+    for mode in [GrepMode::FullText, GrepMode::Regex] {
+        for n in [0u64, 7, 49, 50, 79] {
+            assert_eq!(find(format!("rq{n}y"), mode), [MessageId(n)], "{mode:?}");
+        }
+        assert_eq!(find("zq7x".into(), mode), [], "{mode:?}");
+    }
+    let report = integrity::check(&dir.store, Some(&*dir.index)).unwrap();
+    assert!(report.is_clean(), "{:?}", report.violations);
+}

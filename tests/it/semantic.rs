@@ -1244,3 +1244,80 @@ async fn a_backlog_of_messages_does_not_hold_the_summaries_back() {
     assert_eq!(semantic.summary_watermark().unwrap().0, summaries);
     assert!(!semantic.is_behind(&data.store).unwrap());
 }
+
+/// A data directory whose store file was replaced by another store with more messages: the
+/// vectors under each id stand for the old store's texts. The last embedded message's
+/// fingerprint is not the new store's: searches by meaning are refused, saying why, until the
+/// next catch-up embeds everything again; then the new store's messages are found by their own
+/// meaning. Beside its own store the vectors are kept.
+#[test]
+fn vectors_beside_a_replaced_store_are_embedded_again() {
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lcm");
+    let other = tmp.path().join("other");
+    let config = common::config_with_embeddings(&model);
+    let (data, _, _) = filled(&dir, &config);
+    let embedded = data.index.semantic().unwrap().watermark().unwrap();
+    drop(data);
+    {
+        let data = DataDir::open(&dir, &config).unwrap();
+        let semantic = data.index.semantic().unwrap();
+        assert_eq!(semantic.stale_for(&data.store).unwrap(), None);
+        assert_eq!(
+            caught_up(&data),
+            0,
+            "beside its own store nothing is embedded again"
+        );
+    }
+    let theirs = [
+        "Our train to Porto leaves at noon.",
+        "The violin lesson moved to Thursday.",
+    ];
+    {
+        let data = DataDir::open(&other, &Config::default()).unwrap();
+        let session = data.store.create_session("t", None).unwrap();
+        let batch = (0..embedded.0 + 10)
+            .map(|i| NewMessage::text(Role::User, format!("another store's entry {i}")))
+            .chain(theirs.iter().map(|t| NewMessage::text(Role::Assistant, *t)))
+            .collect();
+        data.store.append_batch(session, batch).unwrap();
+    }
+    let store_file = lcm::search::data_dir::STORE_FILE;
+    std::fs::copy(other.join(store_file), dir.join(store_file)).unwrap();
+    let data = DataDir::open(&dir, &config).unwrap();
+    data.index.catch_up(&data.store, |_, _| {}).unwrap();
+    let request = GrepRequest {
+        pattern: "when does the train to Porto leave".into(),
+        mode: GrepMode::Semantic,
+        scope: Scope::default(),
+        limit: Some(3),
+        cursor: None,
+    };
+    let check = data.index.semantic().unwrap().check(&data.store).unwrap();
+    assert!(
+        check
+            .problems
+            .iter()
+            .any(|p| p.contains("message vectors were made from another store")),
+        "{check:?}"
+    );
+    let refused = grep(&data.store, &data.index, &config.search, &request)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("another store") && refused.contains("lcm reindex"),
+        "{refused}"
+    );
+    let end = data.store.next_message_id().unwrap().0;
+    assert_eq!(caught_up(&data), end, "every message embedded again");
+    let page = grep(&data.store, &data.index, &config.search, &request).unwrap();
+    assert!(
+        text_of(&data, page.hits[0].message).contains("Porto"),
+        "{page:?}"
+    );
+    let check = data.index.semantic().unwrap().check(&data.store).unwrap();
+    assert!(check.is_clean(), "{check:?}");
+}

@@ -183,7 +183,7 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         }
     };
     let wanted = offset + limit + 1;
-    semantic.refuse_if_ahead_of(store)?;
+    semantic.refuse_if_stale_for(store)?;
     // Read before the search: a message embedded (or stored) meanwhile is one the search may
     // have missed.
     let embedded_below = semantic.watermark()?;

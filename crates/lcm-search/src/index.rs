@@ -110,14 +110,26 @@ fn segments_readable(reader: &IndexReader) -> bool {
     })
 }
 
-/// The payload written with every commit: format version and watermark.
-fn payload(watermark: u64) -> String {
-    format!("lcm-index v{INDEX_FORMAT} watermark {watermark}")
+/// The payload written with every commit: format version, watermark and the fingerprint of
+/// the last message below it ([`crate::lineage`]), when known.
+fn payload(watermark: u64, last: Option<u64>) -> String {
+    match last {
+        Some(last) => format!("lcm-index v{INDEX_FORMAT} watermark {watermark} last {last:016x}"),
+        None => format!("lcm-index v{INDEX_FORMAT} watermark {watermark}"),
+    }
 }
 
-fn parse_payload(payload: Option<&str>) -> Option<u64> {
+/// The watermark and last message's fingerprint of a payload of this format (an index
+/// committed before fingerprints has none).
+fn parse_payload(payload: Option<&str>) -> Option<(u64, Option<u64>)> {
     let rest = payload?.strip_prefix(&format!("lcm-index v{INDEX_FORMAT} watermark "))?;
-    rest.parse().ok()
+    match rest.split_once(" last ") {
+        None => Some((rest.parse().ok()?, None)),
+        Some((watermark, last)) => Some((
+            watermark.parse().ok()?,
+            Some(u64::from_str_radix(last, 16).ok()?),
+        )),
+    }
 }
 
 /// How segments are merged: as tantivy's log merge policy, but a size level is merged once it
@@ -160,6 +172,18 @@ struct Writer {
     trigrams: TrigramBuilder,
     /// Trigram segments written for messages fed and not yet committed.
     pending: Vec<Arc<Segment>>,
+    /// The last message fed and its fingerprint, for the payload of the commit that covers it.
+    last_fed: Option<(u64, u64)>,
+}
+
+/// An index found in its directory, usable ([`SearchIndex::open_existing`]).
+struct Existing {
+    index: Index,
+    reader: IndexReader,
+    trigrams: TrigramIndex,
+    watermark: u64,
+    /// The fingerprint of the last message below the watermark, from the payload.
+    last: Option<u64>,
 }
 
 /// One page of ranked full-text hits ([`SearchIndex::full_text`]).
@@ -226,24 +250,41 @@ impl SearchIndex {
     ) -> Result<SearchIndex> {
         let dir = dir.as_ref();
         let end = store.next_message_id()?.0;
-        let existing = Self::open_existing(dir, !store.is_read_only())?.filter(|found| {
-            // An index past the store's end holds messages the store no longer has (the store
-            // was restored from an older copy), under ids it gives to new messages: rebuilt.
-            let ahead = found.3 > end;
-            if ahead {
+        let existing = match Self::open_existing(dir, !store.is_read_only())? {
+            Some(found) if found.watermark > end => {
+                // An index past the store's end holds messages the store no longer has (the
+                // store was restored from an older copy), under ids it gives to new messages.
                 tracing::warn!(
                     dir = %dir.display(),
-                    index_watermark = found.3,
+                    index_watermark = found.watermark,
                     store_end = end,
-                    "the search index holds messages past the store's end (was the store restored from an older copy?)"
+                    "the search index holds messages past the store's end (was the store restored from an older copy?); rebuilding it"
                 );
+                None
             }
-            !ahead
-        });
+            Some(found) => {
+                let reader = store.reader()?;
+                let same = crate::lineage::same_lineage(found.watermark, found.last, |id| {
+                    crate::lineage::stored_message_fingerprint(&reader, MessageId(id))
+                })?;
+                if !same {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        index_watermark = found.watermark,
+                        "the search index was built from another store (was the store file replaced?); rebuilding it"
+                    );
+                }
+                same.then_some(found)
+            }
+            None => None,
+        };
         let (index, reader, trigrams, watermark) = match existing {
-            Some((index, reader, trigrams, watermark)) => {
-                (index, Some(reader), trigrams, watermark)
-            }
+            Some(found) => (
+                found.index,
+                Some(found.reader),
+                found.trigrams,
+                found.watermark,
+            ),
             // A read-only store leaves the directory alone: an empty index in memory has
             // watermark 0, so grep scans the store, complete but slower.
             None if store.is_read_only() => return Self::open_in_ram(store, config),
@@ -275,10 +316,7 @@ impl SearchIndex {
 
     /// The tantivy index (with the reader that checked it), the trigram segments and the
     /// watermark in `dir`, if both parts are usable and agree.
-    fn open_existing(
-        dir: &Path,
-        writable: bool,
-    ) -> Result<Option<(Index, IndexReader, TrigramIndex, u64)>> {
+    fn open_existing(dir: &Path, writable: bool) -> Result<Option<Existing>> {
         if !dir.join("meta.json").exists() {
             return Ok(None);
         }
@@ -289,10 +327,10 @@ impl SearchIndex {
             return Ok(None);
         };
         // An empty index has no payload yet; anything else must be ours.
-        let watermark = match metas.payload.as_deref() {
-            None => 0,
+        let (watermark, last) = match metas.payload.as_deref() {
+            None => (0, None),
             payload => match parse_payload(payload) {
-                Some(watermark) => watermark,
+                Some(found) => found,
                 None => return Ok(None),
             },
         };
@@ -321,7 +359,13 @@ impl SearchIndex {
                 None => return Ok(None),
             }
         };
-        Ok(Some((index, reader, trigrams, watermark)))
+        Ok(Some(Existing {
+            index,
+            reader,
+            trigrams,
+            watermark,
+            last,
+        }))
     }
 
     /// An index in memory (tests and benchmarks).
@@ -534,9 +578,13 @@ impl SearchIndex {
         if let Some(segment) = self.trigrams.write_pending(&mut writer.trigrams)? {
             writer.pending.push(segment);
         }
+        let last = writer
+            .last_fed
+            .filter(|&(id, _)| id + 1 == to)
+            .map(|(_, fingerprint)| fingerprint);
         let tantivy = self.open_writer(&mut writer.tantivy)?;
         let mut commit = tantivy.prepare_commit().during("preparing a commit")?;
-        commit.set_payload(&payload(to));
+        commit.set_payload(&payload(to, last));
         commit.commit().during("committing documents")?;
         self.trigrams.publish(std::mem::take(&mut writer.pending))
     }
@@ -592,6 +640,7 @@ impl SearchIndex {
             tantivy,
             trigrams,
             pending,
+            last_fed,
         } = writer;
         let tantivy = self.open_writer(tantivy)?;
         let reader = store.reader()?;
@@ -611,6 +660,9 @@ impl SearchIndex {
                 }
             }
             trigrams.add(id.0, text);
+            if id.0 + 1 == ids.end {
+                *last_fed = Some((id.0, crate::lineage::message_fingerprint(&view)?));
+            }
             let added = tantivy.add_document(self.document(id, &view, text));
             if let Err(e) = added.during("adding a document") {
                 failure = Some(e);
@@ -671,7 +723,7 @@ impl SearchIndex {
                 .delete_all_documents()
                 .during("deleting every document")?;
             let mut commit = writer.prepare_commit().during("preparing a commit")?;
-            commit.set_payload(&payload(0));
+            commit.set_payload(&payload(0, None));
             commit.commit().during("committing the emptied index")?;
             self.watermark.store(0, Ordering::Release);
             self.fed.store(0, Ordering::Release);
@@ -847,6 +899,54 @@ mod tests {
     use lcm_store::store::Store;
     use lcm_store::store::StoreOptions;
 
+    /// The payload carries the last message's fingerprint; one written before fingerprints
+    /// (watermark only) still reads, without it; anything else is not this format's.
+    #[test]
+    fn payloads_read_back_with_and_without_the_last_fingerprint() {
+        for (watermark, last) in [(0, None), (20, None), (20, Some(0)), (7, Some(u64::MAX))] {
+            let written = payload(watermark, last);
+            assert_eq!(
+                parse_payload(Some(&written)),
+                Some((watermark, last)),
+                "{written}"
+            );
+        }
+        assert_eq!(
+            parse_payload(Some(&format!("lcm-index v{INDEX_FORMAT} watermark 20"))),
+            Some((20, None))
+        );
+        for bad in [
+            "lcm-index v1 watermark 20".to_string(),
+            format!("lcm-index v{INDEX_FORMAT} watermark 20 last xyz"),
+            format!("lcm-index v{INDEX_FORMAT} watermark twenty"),
+        ] {
+            assert_eq!(parse_payload(Some(&bad)), None, "{bad}");
+        }
+    }
+
+    /// Each commit records the fingerprint of the message just below its watermark, as the
+    /// store holds it.
+    #[test]
+    fn a_commit_records_the_fingerprint_of_its_last_message() {
+        // Two commits: the fingerprint is the last one's.
+        let (dir, store, index, session) = fixture(2);
+        for n in 0..3 {
+            store
+                .append(session, NewMessage::text(Role::User, format!("note {n}")))
+                .unwrap();
+        }
+        index.catch_up(&store, |_, _| {}).unwrap();
+        let metas = Index::open_in_dir(dir.path().join("index"))
+            .unwrap()
+            .load_metas()
+            .unwrap();
+        let expected =
+            crate::lineage::stored_message_fingerprint(&store.reader().unwrap(), MessageId(2))
+                .unwrap();
+        assert!(expected.is_some());
+        assert_eq!(parse_payload(metas.payload.as_deref()), Some((3, expected)));
+    }
+
     #[test]
     fn indexing_goes_on_after_the_writer_finished_its_merges() {
         let config = SearchConfig::default();
@@ -996,7 +1096,7 @@ mod tests {
             let old = Index::create_in_dir(&index_dir, builder.build()).unwrap();
             let mut writer: IndexWriter = old.writer_with_num_threads(1, 15_000_000).unwrap();
             let mut commit = writer.prepare_commit().unwrap();
-            commit.set_payload(&payload(20));
+            commit.set_payload(&payload(20, None));
             commit.commit().unwrap();
         }
         let index = SearchIndex::open(&index_dir, &store, &config).unwrap();

@@ -8,6 +8,8 @@
 //! - [`semantic`]: search by meaning, the embedding model and the vector indexes
 //!   ([`vectors`]) of messages and of summaries it fills, caught up like the index; [`fuse`]
 //!   joins a ranking by words and one by meaning for grep's `semantic` and `hybrid` modes.
+//! - [`lineage`]: what ties an index to the store it was built from (the fingerprint of its
+//!   last entry), so an index beside a replaced store file is rebuilt.
 //! - [`word_tokens`]: how text is cut into words for full-text search.
 //! - [`data_dir`]: a data directory, the store file and the indexes beside it.
 //!
@@ -25,6 +27,7 @@ pub mod fuzzing;
 pub mod grep;
 mod hybrid;
 pub mod index;
+pub mod lineage;
 pub mod semantic;
 mod trigram_index;
 mod trigram_keys;

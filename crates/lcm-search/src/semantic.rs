@@ -31,6 +31,7 @@ use lcm_store::error::{Result, StoreError};
 use lcm_store::records::{RecordReader, RecordSource, RecordView, Step};
 
 use crate::grep::Scope;
+use crate::lineage;
 use crate::vectors::{Opened, VectorEntry, VectorFilter, VectorHit, VectorIndex};
 
 /// Directory name of the vector index inside a data directory (beside `index/`, so a rebuild
@@ -180,23 +181,39 @@ impl Semantic {
             .saturating_sub(self.watermark()?.0))
     }
 
-    /// Whether the vectors go past `store`'s end (messages or summaries): the store was
-    /// restored from an older copy, and they may stand for other texts than its own.
-    pub fn ahead_of(&self, store: &impl RecordSource) -> Result<bool> {
-        Ok(self.watermark()? > store.next_message_id()?
-            || self.summary_watermark()? > store.next_summary_id()?)
+    /// Why the vectors may stand for other texts than `store`'s, if they may: they go past
+    /// its end (messages or summaries; the store was restored from an older copy), or the
+    /// last message or summary they hold is not the store's ([`crate::lineage`]; the store
+    /// file was replaced). `None` when they are the store's.
+    pub fn stale_for(&self, store: &impl RecordSource) -> Result<Option<&'static str>> {
+        let (messages, summaries) = self.read_messages(|m| (m.watermark(), m.last()))?;
+        let (summaries_below, summaries_last) =
+            self.read_summaries(|s| (s.watermark(), s.last()))?;
+        if messages > store.next_message_id()?.0 || summaries_below > store.next_summary_id()?.0 {
+            return Ok(Some(
+                "the vector index holds entries past the store's end (was the store restored \
+                 from an older copy?)",
+            ));
+        }
+        let reader = store.reader()?;
+        let same = lineage::same_lineage(messages, summaries, |id| {
+            lineage::stored_message_fingerprint(&reader, MessageId(id))
+        })? && lineage::same_lineage(summaries_below, summaries_last, |id| {
+            lineage::stored_summary_fingerprint(&reader, SummaryId(id))
+        })?;
+        Ok((!same).then_some(
+            "the vector index was built from another store (was the store file replaced?)",
+        ))
     }
 
-    /// [`StoreError::InvalidQuery`] saying why, when the vectors are [`Self::ahead_of`]
+    /// [`StoreError::InvalidQuery`] saying why, when the vectors are [`Self::stale_for`]
     /// `store`: a search by meaning would find other texts than the store's.
-    pub fn refuse_if_ahead_of(&self, store: &impl RecordSource) -> Result<()> {
-        if self.ahead_of(store)? {
-            return Err(StoreError::InvalidQuery(
-                "the vector index holds entries past the store's end (was the store restored \
-                 from an older copy?): search by meaning waits until it is embedded again, \
-                 which the next catch-up does (`lcm serve`, an import, or `lcm reindex`)"
-                    .into(),
-            ));
+    pub fn refuse_if_stale_for(&self, store: &impl RecordSource) -> Result<()> {
+        if let Some(why) = self.stale_for(store)? {
+            return Err(StoreError::InvalidQuery(format!(
+                "{why}: search by meaning waits until the store is embedded again, which the \
+                 next catch-up does (`lcm serve`, an import, or `lcm reindex`)"
+            )));
         }
         Ok(())
     }
@@ -241,12 +258,9 @@ impl Semantic {
             .catching_up
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if self.ahead_of(store)? {
-            // The store was restored from an older copy: the vectors past its end, and those
-            // of summaries it may no longer have, stand for other texts. Embedded again.
-            tracing::warn!(
-                "the vector index holds entries past the store's end (was the store restored from an older copy?); embedding everything again"
-            );
+        if let Some(why) = self.stale_for(store)? {
+            // The vectors stand for other texts than the store's: embedded again.
+            tracing::warn!("{why}; embedding everything again");
             clear(loaded)?;
         }
         // Lists due before any commit (an index opened without them).
@@ -322,7 +336,18 @@ impl Semantic {
                 texts.push(&s.content[chunk]);
             }
         }
-        embed_into(&loaded.embedder, &loaded.summaries, &texts, entries, to)
+        let last = summaries
+            .last()
+            .filter(|s| s.id.0 + 1 == to)
+            .map(lineage::summary_fingerprint);
+        embed_into(
+            &loaded.embedder,
+            &loaded.summaries,
+            &texts,
+            entries,
+            to,
+            last,
+        )
     }
 
     /// Embeds and commits the messages `from..to`: each chunk of a message's text, the first
@@ -342,9 +367,13 @@ impl Semantic {
         // with the seq within a session, so a message's predecessor, when in the range, was
         // met just before it in that session.
         let mut last_head: HashMap<SessionId, (u64, String)> = HashMap::new();
+        let mut last = None;
         let reader = store.reader()?;
         reader.range_records(MessageId(from)..MessageId(to), |id, bytes| {
             let view = RecordView::read(bytes)?;
+            if id.0 + 1 == to {
+                last = Some(lineage::message_fingerprint(&view)?);
+            }
             let (session, seq) = (view.session(), view.seq());
             let text = view.text()?;
             let context = match (seq.checked_sub(1), last_head.remove(&session)) {
@@ -373,7 +402,7 @@ impl Semantic {
         // The read snapshot ends before the model runs (see `embed_summaries`).
         drop(reader);
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        embed_into(embedder, &loaded.vectors, &refs, entries, to)
+        embed_into(embedder, &loaded.vectors, &refs, entries, to, last)
     }
 
     /// Drops every vector and embeds the store again.
@@ -599,6 +628,25 @@ impl Semantic {
             }
             coverage.finish(&mut report.problems);
         }
+        // Vectors of another store's texts under the same ids ([`lineage`]).
+        if !lineage::same_lineage(vectors.watermark(), vectors.last(), |id| {
+            lineage::stored_message_fingerprint(&reader, MessageId(id))
+        })? {
+            report.problems.push(format!(
+                "the message vectors were made from another store: the last one embedded (id {}) \
+                 is not the store's message",
+                vectors.watermark() - 1
+            ));
+        }
+        if !lineage::same_lineage(summaries.watermark(), summaries.last(), |id| {
+            lineage::stored_summary_fingerprint(&reader, SummaryId(id))
+        })? {
+            report.problems.push(format!(
+                "the summary vectors were made from another store: the last one embedded (id {}) \
+                 is not the store's summary",
+                summaries.watermark() - 1
+            ));
+        }
         Ok(report)
     }
 }
@@ -665,13 +713,15 @@ fn model_error(e: lcm_embed::EmbedError) -> StoreError {
     StoreError::InvalidQuery(e.to_string())
 }
 
-/// Embeds `texts` (one per entry), adds them to `index` and commits it up to `watermark`.
+/// Embeds `texts` (one per entry), adds them to `index` and commits it up to `watermark`,
+/// whose last message or summary has the fingerprint `last`.
 fn embed_into(
     embedder: &Embedder,
     index: &RwLock<VectorIndex>,
     texts: &[&str],
     entries: Vec<VectorEntry>,
     watermark: u64,
+    last: Option<u64>,
 ) -> Result<()> {
     let vectors = embedder.embed_documents(texts).map_err(model_error)?;
     {
@@ -679,7 +729,7 @@ fn embed_into(
         for (entry, vector) in entries.into_iter().zip(vectors) {
             index.push(entry, vector)?;
         }
-        index.commit(watermark)?;
+        index.commit(watermark, last)?;
     }
     retrain_lists_if_due(index)
 }
@@ -751,7 +801,7 @@ mod tests {
                 index.push(entry, v.clone()).unwrap();
                 vectors.push(v);
             }
-            index.commit(vectors.len() as u64).unwrap();
+            index.commit(vectors.len() as u64, None).unwrap();
         };
         let lists = || index.read().unwrap().list_count();
         commit(299);

@@ -138,6 +138,10 @@ struct Manifest {
     model_id: String,
     entries: u64,
     watermark: u64,
+    /// The fingerprint of the last message (or summary) below the watermark
+    /// ([`crate::lineage`]); absent in an index written before fingerprints, or empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last: Option<u64>,
 }
 
 /// What a vector index's files say about it, read without its model or its vectors
@@ -172,6 +176,8 @@ pub struct VectorIndex {
     dimension: usize,
     model_id: String,
     watermark: u64,
+    /// The fingerprint of the last entry below the watermark, as committed.
+    last: Option<u64>,
     meta: Vec<VectorEntry>,
     /// Each session's entries, in order: a search scoped to a session reads these instead of
     /// every entry's metadata.
@@ -307,6 +313,7 @@ impl VectorIndex {
             dimension,
             model_id: model_id.to_string(),
             watermark: 0,
+            last: None,
             meta: Vec::new(),
             sessions: HashMap::new(),
             scales: Vec::new(),
@@ -395,6 +402,7 @@ impl VectorIndex {
             self.push_entry(entry, f32::from_bits(u32_at(36)));
         }
         self.watermark = manifest.watermark;
+        self.last = manifest.last;
         self.remap().map_err(|e| e.to_string())?;
         self.load_lists().map_err(|e| e.to_string())
     }
@@ -495,6 +503,7 @@ impl VectorIndex {
             model_id: self.model_id.clone(),
             entries: self.meta.len() as u64,
             watermark: self.watermark,
+            last: self.last,
         };
         let bytes = serde_json::to_vec_pretty(&manifest)
             .map_err(|e| StoreError::InvalidQuery(e.to_string()))?;
@@ -514,6 +523,12 @@ impl VectorIndex {
     /// Every message below this id is embedded (as of the last commit), none above it.
     pub fn watermark(&self) -> u64 {
         self.watermark
+    }
+
+    /// The fingerprint of the last message (or summary) below the watermark, as the commit
+    /// that reached it recorded ([`crate::lineage`]).
+    pub fn last(&self) -> Option<u64> {
+        self.last
     }
 
     /// The committed entries, in the order they were pushed (by message id).
@@ -546,8 +561,9 @@ impl VectorIndex {
     }
 
     /// Makes the pending entries durable and searchable, and the watermark `watermark`
-    /// (see the module doc for the order of writes).
-    pub fn commit(&mut self, watermark: u64) -> Result<()> {
+    /// (see the module doc for the order of writes). `last` is the fingerprint of the message
+    /// (or summary) just below it, recorded with it ([`crate::lineage`]; `None` if unknown).
+    pub fn commit(&mut self, watermark: u64, last: Option<u64>) -> Result<()> {
         if !self.writable {
             return Err(StoreError::ReadOnly);
         }
@@ -589,8 +605,8 @@ impl VectorIndex {
             }
             Ok(())
         })();
-        let previous = self.watermark;
-        self.watermark = watermark;
+        let previous = (self.watermark, self.last);
+        (self.watermark, self.last) = (watermark, last);
         // The lists read the new entries' int8 vectors through the map: remap first.
         let result = written
             .and_then(|()| self.remap())
@@ -603,7 +619,7 @@ impl VectorIndex {
             if let Some(lists) = &mut self.lists {
                 lists.truncate(first_new);
             }
-            self.watermark = previous;
+            (self.watermark, self.last) = previous;
             return Err(e);
         }
         Ok(())
@@ -617,6 +633,7 @@ impl VectorIndex {
         self.int8 = None;
         self.lists = None;
         self.watermark = 0;
+        self.last = None;
         self.generation += 1;
         self.truncate_files(0)?;
         self.write_manifest()
@@ -1124,7 +1141,7 @@ mod tests {
             index.push(entry(m, m % 3), v.clone()).unwrap();
             vectors.push(v);
         }
-        index.commit(n).unwrap();
+        index.commit(n, None).unwrap();
         (index, vectors)
     }
 
@@ -1209,7 +1226,7 @@ mod tests {
             index.push(e, v).unwrap();
         }
         index.push(entry(10, 0), far).unwrap();
-        index.commit(11).unwrap();
+        index.commit(11, None).unwrap();
         let hits = index.search(&q, 5, &VectorFilter::default());
         assert_eq!(hits.len(), 2);
         assert_eq!((hits[0].message, hits[0].chunk), (9, (10, 20)));
@@ -1225,7 +1242,7 @@ mod tests {
         for (m, v) in vectors.iter().enumerate() {
             index.push(entry(m as u64, 0), v.clone()).unwrap();
         }
-        index.commit(vectors.len() as u64).unwrap();
+        index.commit(vectors.len() as u64, None).unwrap();
         let mut agree = 0;
         for t in 0..20 {
             let q = &vectors[t * 997];
@@ -1303,7 +1320,7 @@ mod tests {
         for m in 0..n {
             index.push(entry(m, 0), rng.unit(384)).unwrap();
         }
-        index.commit(n).unwrap();
+        index.commit(n, None).unwrap();
         let (reopened, _) = VectorIndex::open(tmp.path(), 384, "m", false).unwrap();
         // Metadata and scale: 44 bytes an entry, some of it spare capacity; the 48 bytes of
         // sign code an entry are mapped.
@@ -1380,12 +1397,12 @@ mod tests {
         for (m, v) in vectors[..half].iter().enumerate() {
             index.push(entry(m as u64, 0), v.clone()).unwrap();
         }
-        index.commit(half as u64).unwrap();
+        index.commit(half as u64, None).unwrap();
         assert!(!index.has_lists(), "fewer entries than lists_from");
         for (m, v) in vectors.iter().enumerate().skip(half) {
             index.push(entry(m as u64, 0), v.clone()).unwrap();
         }
-        index.commit(vectors.len() as u64).unwrap();
+        index.commit(vectors.len() as u64, None).unwrap();
         assert!(!index.has_lists(), "a commit never trains");
         assert!(index.update_lists().unwrap());
         assert!(index.has_lists());
@@ -1467,7 +1484,7 @@ mod tests {
                 index.push(entry(m, 0), v.clone()).unwrap();
                 m += 1;
             }
-            index.commit(m).unwrap();
+            index.commit(m, None).unwrap();
         };
         add(&mut index, &first);
         assert!(index.update_lists().unwrap());
@@ -1535,7 +1552,7 @@ mod tests {
         for (i, v) in later[..100].iter().enumerate() {
             index.push(entry(i as u64, 0), v.clone()).unwrap();
         }
-        index.commit(100).unwrap();
+        index.commit(100, None).unwrap();
         index.install_lists(trained).unwrap();
         assert!(!index.has_lists());
         assert!(!tmp.path().join("centroids.bin").exists());
@@ -1625,7 +1642,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (mut index, _) = VectorIndex::open(tmp.path(), 64, "m", true).unwrap();
         assert!(index.push(entry(0, 0), vec![0.0; 63]).is_err());
-        index.commit(0).unwrap();
+        index.commit(0, None).unwrap();
         assert!(index.is_empty());
     }
 }

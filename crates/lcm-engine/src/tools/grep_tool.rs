@@ -582,7 +582,7 @@ fn ranked_summary_hits(
         .max(lcm_search::HYBRID_POOL);
     let admits = |id: u64| in_scope.contains_key(&id);
     semantic
-        .refuse_if_ahead_of(&*ctx.store)
+        .refuse_if_stale_for(&*ctx.store)
         .map_err(store_err(NAME))?;
     // Read before the search (see `lcm_search::fuse`): summaries not embedded yet are scored
     // by the embeddings' score at their rank by words.
