@@ -1321,3 +1321,101 @@ fn vectors_beside_a_replaced_store_are_embedded_again() {
     let check = data.index.semantic().unwrap().check(&data.store).unwrap();
     assert!(check.is_clean(), "{check:?}");
 }
+
+/// Summaries the embeddings have not reached are counted too: `lcm_grep` by meaning over
+/// summaries says how many, and over both messages and summaries gives each count.
+#[tokio::test]
+async fn searches_by_meaning_count_the_summaries_not_embedded_yet() {
+    use lcm::core::config::CompactionConfig;
+    use lcm::engine::compact;
+    use lcm::engine::tools::{Caller, ToolContext, ToolRegistry};
+    use lcm::llm::extractive::ExtractiveSummarizer;
+    use std::sync::Arc;
+
+    let Some(model) = common::embed_model_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let config = common::config_with_embeddings(&model);
+    let data = DataDir::open(tmp.path(), &config).unwrap();
+    let session = data.store.create_session("long", None).unwrap();
+    let batch: Vec<NewMessage> = (0..60)
+        .map(|i| NewMessage::text(Role::User, filler(i)))
+        .collect();
+    data.store.append_batch(session, batch).unwrap();
+    // Every message embedded before compaction makes the summaries.
+    caught_up(&data);
+    let compaction = CompactionConfig {
+        fresh_tail: 4,
+        leaf_chunk_tokens: 300,
+        leaf_target_tokens: 80,
+        ..CompactionConfig::default()
+    };
+    let summarizer = ExtractiveSummarizer::new(data.store.counter());
+    compact(&data.store, session, 400, &compaction, &summarizer, |_| {})
+        .await
+        .unwrap();
+    let summaries = data.store.next_summary_id().unwrap().0;
+    assert!(summaries >= 2, "{summaries} summaries");
+    let semantic = data.index.semantic().unwrap();
+    assert_eq!(
+        semantic.summaries_not_embedded(&data.store).unwrap(),
+        summaries
+    );
+    assert_eq!(semantic.messages_not_embedded(&data.store).unwrap(), 0);
+
+    let registry = ToolRegistry::with_builtins();
+    let ctx = ToolContext::new(
+        data.store.clone(),
+        Some(data.index.clone()),
+        Arc::new(config.clone()),
+        Caller::main_agent(None),
+    );
+    let tool = |mode: &'static str, scope: &'static str| {
+        let (registry, ctx) = (&registry, &ctx);
+        async move {
+            registry
+                .call(
+                    ctx,
+                    "lcm_grep",
+                    serde_json::json!({"pattern": "release", "mode": mode, "scope": scope}),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let page = tool("semantic", "summaries").await;
+    assert_eq!(page["not_embedded"]["summaries"], summaries, "{page}");
+    assert!(page["not_embedded"].get("messages").is_none(), "{page}");
+    let note = page["not_embedded"]["note"].as_str().unwrap();
+    assert!(
+        note.contains(&format!(
+            "{summaries} newest summaries are not embedded yet"
+        )),
+        "{note}"
+    );
+    // Over messages alone: every message is embedded, nothing to say.
+    assert!(
+        tool("hybrid", "messages")
+            .await
+            .get("not_embedded")
+            .is_none()
+    );
+    // Both: the summaries' count only, as no message is behind; then both once one is.
+    let both = tool("hybrid", "both").await;
+    assert_eq!(both["not_embedded"]["summaries"], summaries, "{both}");
+    data.store
+        .append(session, NewMessage::text(Role::User, "one more"))
+        .unwrap();
+    let both = tool("hybrid", "both").await;
+    assert_eq!(both["not_embedded"]["messages"], 1, "{both}");
+    assert_eq!(both["not_embedded"]["summaries"], summaries, "{both}");
+    let note = both["not_embedded"]["note"].as_str().unwrap();
+    assert!(
+        note.contains("1 newest message is") && note.contains("summaries are"),
+        "{note}"
+    );
+    // Embedded: nothing to say.
+    caught_up(&data);
+    assert!(tool("semantic", "both").await.get("not_embedded").is_none());
+}

@@ -5,7 +5,7 @@ use clap::Args;
 use lcm_core::ids::{AnyId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Part, Role};
 use lcm_core::time::Timestamp;
-use lcm_search::grep::not_embedded_note;
+use lcm_search::grep::{Unembedded, not_embedded_note};
 use lcm_search::vectors::VectorIndex;
 use lcm_search::{DataDir, GrepRequest, Scope};
 
@@ -136,7 +136,7 @@ pub fn grep(app: &App, args: &GrepArgs) -> Result<()> {
     if let Some(cursor) = &page.next_cursor {
         outln!(app, "more: --cursor {cursor}")?;
     }
-    if let Some(note) = not_embedded_note(page.not_embedded, request.mode) {
+    if let Some(note) = not_embedded_note(page.not_embedded, request.mode, Unembedded::Messages) {
         outln!(app, "note: {note}")?;
     }
     Ok(())

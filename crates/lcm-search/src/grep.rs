@@ -81,18 +81,35 @@ pub fn no_embeddings_error(mode: GrepMode) -> StoreError {
     ))
 }
 
-/// What a semantic or hybrid search says of the messages the embeddings have not reached yet
-/// ([`GrepPage::not_embedded`]); `None` when there are none, or for another mode.
-pub fn not_embedded_note(not_embedded: Option<u64>, mode: GrepMode) -> Option<String> {
+/// What the embeddings of a search by meaning may not have reached yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unembedded {
+    Messages,
+    Summaries,
+}
+
+/// What a semantic or hybrid search says of the `not_embedded` newest messages or summaries
+/// the embeddings have not reached yet ([`GrepPage::not_embedded`]); `None` when there are
+/// none, or for another mode.
+pub fn not_embedded_note(
+    not_embedded: Option<u64>,
+    mode: GrepMode,
+    what: Unembedded,
+) -> Option<String> {
     let n = not_embedded.filter(|&n| n > 0)?;
     let words = match mode {
         GrepMode::Hybrid => "hybrid search finds them by their words only",
         GrepMode::Semantic => "search by words (full text) finds them",
         GrepMode::Regex | GrepMode::FullText => return None,
     };
-    let messages = if n == 1 { "message is" } else { "messages are" };
+    let things = match (what, n) {
+        (Unembedded::Messages, 1) => "message is",
+        (Unembedded::Messages, _) => "messages are",
+        (Unembedded::Summaries, 1) => "summary is",
+        (Unembedded::Summaries, _) => "summaries are",
+    };
     Some(format!(
-        "{n} newest {messages} not embedded yet (the vector index catches up in the \
+        "{n} newest {things} not embedded yet (the vector index catches up in the \
          background): the embeddings cannot find them until then; {words}"
     ))
 }

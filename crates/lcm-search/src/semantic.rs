@@ -181,6 +181,14 @@ impl Semantic {
             .saturating_sub(self.watermark()?.0))
     }
 
+    /// Summaries of `store` not embedded yet (see [`Self::messages_not_embedded`]).
+    pub fn summaries_not_embedded(&self, store: &impl RecordSource) -> Result<u64> {
+        Ok(store
+            .next_summary_id()?
+            .0
+            .saturating_sub(self.summary_watermark()?.0))
+    }
+
     /// Why the vectors may stand for other texts than `store`'s, if they may: they go past
     /// its end (messages or summaries; the store was restored from an older copy), or the
     /// last message or summary they hold is not the store's ([`crate::lineage`]; the store

@@ -904,16 +904,12 @@ fn render(
     mut next: Option<Pos>,
 ) -> Result<Value, ToolError> {
     let counter = ctx.store.counter();
-    // Messages the embeddings have not reached: said, so that an agent knows a search by
-    // meaning could not find them yet.
+    // Messages and summaries the embeddings have not reached: said, so that an agent knows a
+    // search by meaning could not find them yet.
     let by_meaning = matches!(plan.mode, GrepMode::Semantic | GrepMode::Hybrid);
-    let not_embedded = match (plan.target, ctx.index.as_ref().and_then(|i| i.semantic())) {
-        (Target::Messages | Target::Both, Some(semantic)) if by_meaning => {
-            let pending = semantic
-                .messages_not_embedded(&ctx.store)
-                .map_err(store_err(NAME))?;
-            lcm_search::grep::not_embedded_note(Some(pending), plan.mode)
-                .map(|note| json!({"messages": pending, "note": note}))
+    let not_embedded = match ctx.index.as_ref().and_then(|i| i.semantic()) {
+        Some(semantic) if by_meaning => {
+            not_embedded_json(semantic, &ctx.store, plan).map_err(store_err(NAME))?
         }
         _ => None,
     };
@@ -992,6 +988,42 @@ fn render(
         next = Some(pos.clone());
         held_back = Some(pos);
     }
+}
+
+/// `{messages, summaries, note}` for the messages and summaries of the searched target the
+/// embeddings have not reached yet (each key only when some are behind); `None` when none are.
+fn not_embedded_json(
+    semantic: &lcm_search::semantic::Semantic,
+    store: &lcm_store::Store,
+    plan: &Plan,
+) -> lcm_store::Result<Option<Value>> {
+    use lcm_search::grep::{Unembedded, not_embedded_note};
+    let mut out = serde_json::Map::new();
+    let mut notes = Vec::new();
+    let (messages, summaries) = match plan.target {
+        Target::Messages => (true, false),
+        Target::Summaries => (false, true),
+        Target::Both => (true, true),
+    };
+    if messages {
+        let pending = semantic.messages_not_embedded(store)?;
+        if let Some(note) = not_embedded_note(Some(pending), plan.mode, Unembedded::Messages) {
+            out.insert("messages".into(), json!(pending));
+            notes.push(note);
+        }
+    }
+    if summaries {
+        let pending = semantic.summaries_not_embedded(store)?;
+        if let Some(note) = not_embedded_note(Some(pending), plan.mode, Unembedded::Summaries) {
+            out.insert("summaries".into(), json!(pending));
+            notes.push(note);
+        }
+    }
+    if notes.is_empty() {
+        return Ok(None);
+    }
+    out.insert("note".into(), json!(notes.join(". ")));
+    Ok(Some(Value::Object(out)))
 }
 
 fn page_json(
