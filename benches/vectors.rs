@@ -634,6 +634,7 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
     let words = corpus::Words::new(20_000);
     let mut lengths: Vec<(u64, u64, i64, u8, u32)> = Vec::with_capacity(n);
     let sessions: Vec<SessionId>;
+    let last: Option<u64>;
     {
         let data = DataDir::open(&dir, &Config::default()).expect("open");
         sessions = (0..SESSIONS)
@@ -670,6 +671,12 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
             "meaning {n}: store and words index built in {:.0} s",
             t.elapsed().as_secs_f64()
         );
+        // The last message's fingerprint, as a catch-up records it: searches check it.
+        let reader = data.store.reader().expect("reader");
+        last = (n as u64).checked_sub(1).and_then(|id| {
+            lcm::search::lineage::stored_message_fingerprint(&reader, MessageId(id))
+                .expect("fingerprint")
+        });
     }
     // The vectors: one per message (the corpus's messages are shorter than a chunk).
     let embedder = lcm_embed::Embedder::load(model, lcm_embed::EmbedOptions::default())
@@ -703,7 +710,7 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
         }
     }
     let end = lengths.last().map_or(0, |l| l.0 + 1);
-    vectors.commit(end, None).expect("commit");
+    vectors.commit(end, last).expect("commit");
     vectors.update_lists().expect("lists");
     eprintln!(
         "meaning {n}: synthetic vectors written in {:.0} s",
@@ -823,13 +830,21 @@ fn grep_fixtures() -> &'static Vec<(usize, GrepFixture)> {
                     "meaning {n}: of hybrid, lifting 200 candidates by their neighbours: \
                      p50 {p50:.3} ms, p99 {p99:.3} ms"
                 );
-                let embedder = f
-                    .data
-                    .index
-                    .semantic()
-                    .expect("semantic")
-                    .embedder()
-                    .expect("model");
+                // Every search by meaning first checks that the vectors are the store's.
+                let semantic = f.data.index.semantic().expect("semantic");
+                let mut times = Vec::with_capacity(QUERIES);
+                for _ in 0..QUERIES {
+                    let t = Instant::now();
+                    let stale = semantic.stale_for(&f.data.store).expect("check");
+                    times.push(t.elapsed());
+                    assert_eq!(stale, None);
+                }
+                let (p50, p99) = percentiles(times);
+                eprintln!(
+                    "meaning {n}: of which checking the vectors are the store's: \
+                     p50 {p50:.3} ms, p99 {p99:.3} ms"
+                );
+                let embedder = semantic.embedder().expect("model");
                 let mut times = Vec::with_capacity(QUERIES);
                 for q in &f.queries {
                     let t = Instant::now();
