@@ -197,6 +197,23 @@ fn an_index_whose_newest_files_were_lost_or_truncated_is_rebuilt_or_caught_up() 
     }
 }
 
+/// The first five messages `pattern` finds in `mode`, unscoped.
+fn found(dir: &DataDir, pattern: String, mode: GrepMode) -> Vec<MessageId> {
+    let request = GrepRequest {
+        pattern,
+        mode,
+        scope: Scope::default(),
+        limit: Some(5),
+        cursor: None,
+    };
+    lcm::grep(&*dir.store, &dir.index, &Config::default().search, &request)
+        .unwrap()
+        .hits
+        .iter()
+        .map(|h| h.message)
+        .collect()
+}
+
 /// A store restored from a copy older than its index (a backup put back, the index directory
 /// left as it was): the index holds messages the store no longer has, under ids the store
 /// gives to new messages. Reopening rebuilds it from the store (its watermark cannot be past
@@ -251,22 +268,7 @@ fn an_index_ahead_of_a_restored_store_is_rebuilt() {
     assert_eq!(fresh[0].0, 50);
     dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
     assert_eq!(dir.index.num_docs(), 70);
-    let config = Config::default();
-    let find = |pattern: String, mode: GrepMode| {
-        let request = GrepRequest {
-            pattern,
-            mode,
-            scope: Scope::default(),
-            limit: Some(5),
-            cursor: None,
-        };
-        lcm::grep(&*dir.store, &dir.index, &config.search, &request)
-            .unwrap()
-            .hits
-            .iter()
-            .map(|h| h.message)
-            .collect::<Vec<_>>()
-    };
+    let find = |pattern: String, mode| found(&dir, pattern, mode);
     for mode in [GrepMode::FullText, GrepMode::Regex] {
         for (n, id) in fresh.iter().enumerate() {
             assert_eq!(find(format!("rq{n}y"), mode), [*id], "{mode:?}");
@@ -324,21 +326,7 @@ fn an_index_beside_a_replaced_store_is_rebuilt() {
     );
     dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
     assert_eq!(dir.index.num_docs(), 80);
-    let find = |pattern: String, mode: GrepMode| {
-        let request = GrepRequest {
-            pattern,
-            mode,
-            scope: Scope::default(),
-            limit: Some(5),
-            cursor: None,
-        };
-        lcm::grep(&*dir.store, &dir.index, &config.search, &request)
-            .unwrap()
-            .hits
-            .iter()
-            .map(|h| h.message)
-            .collect::<Vec<_>>()
-    };
+    let find = |pattern: String, mode| found(&dir, pattern, mode);
     for mode in [GrepMode::FullText, GrepMode::Regex] {
         for n in [0u64, 7, 49, 50, 79] {
             assert_eq!(find(format!("rq{n}y"), mode), [MessageId(n)], "{mode:?}");

@@ -76,6 +76,21 @@ fn search(
     .unwrap()
 }
 
+/// The page the `lcm_grep` tool gives for `args` over `data`.
+async fn lcm_grep(data: &DataDir, config: &Config, args: serde_json::Value) -> serde_json::Value {
+    use lcm::engine::tools::{Caller, ToolContext, ToolRegistry};
+    let ctx = ToolContext::new(
+        data.store.clone(),
+        Some(data.index.clone()),
+        std::sync::Arc::new(config.clone()),
+        Caller::main_agent(None),
+    );
+    ToolRegistry::with_builtins()
+        .call(&ctx, "lcm_grep", args)
+        .await
+        .unwrap()
+}
+
 fn text_of(data: &DataDir, id: MessageId) -> String {
     data.store.message(id).unwrap().search_text().into_owned()
 }
@@ -372,9 +387,6 @@ fn the_query_and_document_prompts_are_put_before_what_is_embedded() {
 /// words still find them in hybrid search, and once embedded the count is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
-    use lcm::engine::tools::{Caller, ToolContext, ToolRegistry};
-    use std::sync::Arc;
-
     let Some(model) = common::embed_model_dir() else {
         return;
     };
@@ -460,25 +472,12 @@ async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
     assert_eq!(page(GrepMode::FullText).not_embedded, None);
 
     // The `lcm_grep` tool says it in its page.
-    let registry = ToolRegistry::with_builtins();
-    let ctx = ToolContext::new(
-        data.store.clone(),
-        Some(data.index.clone()),
-        Arc::new(config.clone()),
-        Caller::main_agent(None),
-    );
     let tool = |mode: &'static str| {
-        let (registry, ctx) = (&registry, &ctx);
-        async move {
-            registry
-                .call(
-                    ctx,
-                    "lcm_grep",
-                    serde_json::json!({"pattern": "violin", "mode": mode}),
-                )
-                .await
-                .unwrap()
-        }
+        lcm_grep(
+            &data,
+            &config,
+            serde_json::json!({"pattern": "violin", "mode": mode}),
+        )
     };
     let found = tool("semantic").await;
     assert_eq!(found["not_embedded"]["messages"], 4, "{found}");
@@ -517,7 +516,6 @@ async fn searches_by_meaning_count_the_messages_not_embedded_yet() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    drop(ctx);
     drop(data);
     let printed = cli(false);
     assert!(
@@ -1328,9 +1326,7 @@ fn vectors_beside_a_replaced_store_are_embedded_again() {
 async fn searches_by_meaning_count_the_summaries_not_embedded_yet() {
     use lcm::core::config::CompactionConfig;
     use lcm::engine::compact;
-    use lcm::engine::tools::{Caller, ToolContext, ToolRegistry};
     use lcm::llm::extractive::ExtractiveSummarizer;
-    use std::sync::Arc;
 
     let Some(model) = common::embed_model_dir() else {
         return;
@@ -1364,25 +1360,12 @@ async fn searches_by_meaning_count_the_summaries_not_embedded_yet() {
     );
     assert_eq!(semantic.messages_not_embedded(&data.store).unwrap(), 0);
 
-    let registry = ToolRegistry::with_builtins();
-    let ctx = ToolContext::new(
-        data.store.clone(),
-        Some(data.index.clone()),
-        Arc::new(config.clone()),
-        Caller::main_agent(None),
-    );
     let tool = |mode: &'static str, scope: &'static str| {
-        let (registry, ctx) = (&registry, &ctx);
-        async move {
-            registry
-                .call(
-                    ctx,
-                    "lcm_grep",
-                    serde_json::json!({"pattern": "release", "mode": mode, "scope": scope}),
-                )
-                .await
-                .unwrap()
-        }
+        lcm_grep(
+            &data,
+            &config,
+            serde_json::json!({"pattern": "release", "mode": mode, "scope": scope}),
+        )
     };
     let page = tool("semantic", "summaries").await;
     assert_eq!(page["not_embedded"]["summaries"], summaries, "{page}");
