@@ -197,6 +197,16 @@ fn an_index_whose_newest_files_were_lost_or_truncated_is_rebuilt_or_caught_up() 
     }
 }
 
+/// Appends `text(n)` for each `n` of `range` to session "s" and indexes it.
+fn append_indexed(dir: &DataDir, range: std::ops::Range<u64>) {
+    let session = dir.store.ensure_session("s").unwrap();
+    let batch = range
+        .map(|n| NewMessage::text(Role::User, text(n)))
+        .collect();
+    dir.store.append_batch(session, batch).unwrap();
+    dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+}
+
 /// The first five messages `pattern` finds in `mode`, unscoped.
 fn found(dir: &DataDir, pattern: String, mode: GrepMode) -> Vec<MessageId> {
     let request = GrepRequest {
@@ -227,20 +237,11 @@ fn an_index_ahead_of_a_restored_store_is_rebuilt() {
     let store_file = data.join(lcm::search::data_dir::STORE_FILE);
     {
         let dir = DataDir::open(&data, &Config::default()).unwrap();
-        let session = dir.store.ensure_session("s").unwrap();
-        let first = (0..50)
-            .map(|n| NewMessage::text(Role::User, text(n)))
-            .collect();
-        dir.store.append_batch(session, first).unwrap();
-        dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+        append_indexed(&dir, 0..50);
         drop(dir);
         std::fs::copy(&store_file, &backup).unwrap();
         let dir = DataDir::open(&data, &Config::default()).unwrap();
-        let later = (50..100)
-            .map(|n| NewMessage::text(Role::User, text(n)))
-            .collect();
-        dir.store.append_batch(session, later).unwrap();
-        dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+        append_indexed(&dir, 50..100);
         dir.index.finish_merges().unwrap();
         assert_eq!(dir.index.watermark().0, 100);
     }
@@ -294,12 +295,7 @@ fn an_index_beside_a_replaced_store_is_rebuilt() {
     let config = Config::default();
     {
         let dir = DataDir::open(&data, &config).unwrap();
-        let session = dir.store.ensure_session("s").unwrap();
-        let first = (0..50)
-            .map(|n| NewMessage::text(Role::User, text(n)))
-            .collect();
-        dir.store.append_batch(session, first).unwrap();
-        dir.index.catch_up(&*dir.store, |_, _| {}).unwrap();
+        append_indexed(&dir, 0..50);
         dir.index.finish_merges().unwrap();
     }
     // Beside its own store the index is kept as it is: nothing to catch up.

@@ -76,6 +76,36 @@ fn search(
     .unwrap()
 }
 
+/// A session of 60 status updates.
+fn long_session(data: &DataDir) -> SessionId {
+    let session = data.store.create_session("long", None).unwrap();
+    let batch: Vec<NewMessage> = (0..60)
+        .map(|i| NewMessage::text(Role::User, filler(i)))
+        .collect();
+    data.store.append_batch(session, batch).unwrap();
+    session
+}
+
+/// Compacts `session` (a [`long_session`]) into summaries with the extractive summariser;
+/// returns how many the store holds (two at least).
+async fn compacted(data: &DataDir, session: SessionId) -> u64 {
+    use lcm::core::config::CompactionConfig;
+    use lcm::llm::extractive::ExtractiveSummarizer;
+    let compaction = CompactionConfig {
+        fresh_tail: 4,
+        leaf_chunk_tokens: 300,
+        leaf_target_tokens: 80,
+        ..CompactionConfig::default()
+    };
+    let summarizer = ExtractiveSummarizer::new(data.store.counter());
+    lcm::engine::compact(&data.store, session, 400, &compaction, &summarizer, |_| {})
+        .await
+        .unwrap();
+    let summaries = data.store.next_summary_id().unwrap().0;
+    assert!(summaries >= 2, "{summaries} summaries");
+    summaries
+}
+
 /// The page the `lcm_grep` tool gives for `args` over `data`.
 async fn lcm_grep(data: &DataDir, config: &Config, args: serde_json::Value) -> serde_json::Value {
     use lcm::engine::tools::{Caller, ToolContext, ToolRegistry};
@@ -1197,10 +1227,6 @@ fn the_catch_up_trains_lists_from_the_configured_size() {
 /// load faster than the model kept the summaries out of search by meaning).
 #[tokio::test]
 async fn a_backlog_of_messages_does_not_hold_the_summaries_back() {
-    use lcm::core::config::CompactionConfig;
-    use lcm::engine::compact;
-    use lcm::llm::extractive::ExtractiveSummarizer;
-
     let Some(model) = common::embed_model_dir() else {
         return;
     };
@@ -1208,23 +1234,8 @@ async fn a_backlog_of_messages_does_not_hold_the_summaries_back() {
     let mut config = common::config_with_embeddings(&model);
     config.embeddings.index_batch = 10;
     let data = DataDir::open(tmp.path(), &config).unwrap();
-    let session = data.store.create_session("long", None).unwrap();
-    let batch: Vec<NewMessage> = (0..60)
-        .map(|i| NewMessage::text(Role::User, filler(i)))
-        .collect();
-    data.store.append_batch(session, batch).unwrap();
-    let compaction = CompactionConfig {
-        fresh_tail: 4,
-        leaf_chunk_tokens: 300,
-        leaf_target_tokens: 80,
-        ..CompactionConfig::default()
-    };
-    let summarizer = ExtractiveSummarizer::new(data.store.counter());
-    compact(&data.store, session, 400, &compaction, &summarizer, |_| {})
-        .await
-        .unwrap();
-    let summaries = data.store.next_summary_id().unwrap().0;
-    assert!(summaries >= 2, "{summaries} summaries");
+    let session = long_session(&data);
+    let summaries = compacted(&data, session).await;
 
     let semantic = data.index.semantic().unwrap();
     let embedded = semantic
@@ -1324,35 +1335,16 @@ fn vectors_beside_a_replaced_store_are_embedded_again() {
 /// summaries says how many, and over both messages and summaries gives each count.
 #[tokio::test]
 async fn searches_by_meaning_count_the_summaries_not_embedded_yet() {
-    use lcm::core::config::CompactionConfig;
-    use lcm::engine::compact;
-    use lcm::llm::extractive::ExtractiveSummarizer;
-
     let Some(model) = common::embed_model_dir() else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
     let config = common::config_with_embeddings(&model);
     let data = DataDir::open(tmp.path(), &config).unwrap();
-    let session = data.store.create_session("long", None).unwrap();
-    let batch: Vec<NewMessage> = (0..60)
-        .map(|i| NewMessage::text(Role::User, filler(i)))
-        .collect();
-    data.store.append_batch(session, batch).unwrap();
+    let session = long_session(&data);
     // Every message embedded before compaction makes the summaries.
     caught_up(&data);
-    let compaction = CompactionConfig {
-        fresh_tail: 4,
-        leaf_chunk_tokens: 300,
-        leaf_target_tokens: 80,
-        ..CompactionConfig::default()
-    };
-    let summarizer = ExtractiveSummarizer::new(data.store.counter());
-    compact(&data.store, session, 400, &compaction, &summarizer, |_| {})
-        .await
-        .unwrap();
-    let summaries = data.store.next_summary_id().unwrap().0;
-    assert!(summaries >= 2, "{summaries} summaries");
+    let summaries = compacted(&data, session).await;
     let semantic = data.index.semantic().unwrap();
     assert_eq!(
         semantic.summaries_not_embedded(&data.store).unwrap(),

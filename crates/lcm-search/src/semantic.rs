@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 
 use lcm_core::config::EmbeddingsConfig;
 use lcm_core::ids::{MessageId, SessionId, SummaryId};
@@ -62,6 +62,21 @@ struct Loaded {
     vectors: RwLock<VectorIndex>,
     /// Chunks of summaries, by summary id (`VectorEntry::message` holds the summary id).
     summaries: RwLock<VectorIndex>,
+}
+
+impl Loaded {
+    /// The messages' and the summaries' vector indexes, read-locked in that order.
+    fn read_both(
+        &self,
+    ) -> (
+        RwLockReadGuard<'_, VectorIndex>,
+        RwLockReadGuard<'_, VectorIndex>,
+    ) {
+        fn read(index: &RwLock<VectorIndex>) -> RwLockReadGuard<'_, VectorIndex> {
+            index.read().unwrap_or_else(PoisonError::into_inner)
+        }
+        (read(&self.vectors), read(&self.summaries))
+    }
 }
 
 /// Semantic search over one data directory (see the module doc).
@@ -194,21 +209,18 @@ impl Semantic {
     /// last message or summary they hold is not the store's ([`crate::lineage`]; the store
     /// file was replaced). `None` when they are the store's.
     pub fn stale_for(&self, store: &impl RecordSource) -> Result<Option<&'static str>> {
-        let (messages, summaries) = self.read_messages(|m| (m.watermark(), m.last()))?;
-        let (summaries_below, summaries_last) =
-            self.read_summaries(|s| (s.watermark(), s.last()))?;
-        if messages > store.next_message_id()?.0 || summaries_below > store.next_summary_id()?.0 {
+        let (messages, summaries) = self.loaded()?.read_both();
+        if messages.watermark() > store.next_message_id()?.0
+            || summaries.watermark() > store.next_summary_id()?.0
+        {
             return Ok(Some(
                 "the vector index holds entries past the store's end (was the store restored \
                  from an older copy?)",
             ));
         }
         let reader = store.reader()?;
-        let same = lineage::same_lineage(messages, summaries, |id| {
-            lineage::stored_message_fingerprint(&reader, MessageId(id))
-        })? && lineage::same_lineage(summaries_below, summaries_last, |id| {
-            lineage::stored_summary_fingerprint(&reader, SummaryId(id))
-        })?;
+        let same = messages_are_the_stores(&messages, &reader)?
+            && summaries_are_the_stores(&summaries, &reader)?;
         Ok((!same).then_some(
             "the vector index was built from another store (was the store file replaced?)",
         ))
@@ -590,14 +602,7 @@ impl Semantic {
             .unwrap_or_else(PoisonError::into_inner);
         let next_message = store.next_message_id()?.0;
         let next_summary = store.next_summary_id()?.0;
-        let vectors = loaded
-            .vectors
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        let summaries = loaded
-            .summaries
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (vectors, summaries) = loaded.read_both();
         let mut report = VectorCheck {
             model_id: vectors.model_id().to_string(),
             message_watermark: vectors.watermark(),
@@ -637,18 +642,14 @@ impl Semantic {
             coverage.finish(&mut report.problems);
         }
         // Vectors of another store's texts under the same ids ([`lineage`]).
-        if !lineage::same_lineage(vectors.watermark(), vectors.last(), |id| {
-            lineage::stored_message_fingerprint(&reader, MessageId(id))
-        })? {
+        if !messages_are_the_stores(&vectors, &reader)? {
             report.problems.push(format!(
                 "the message vectors were made from another store: the last one embedded (id {}) \
                  is not the store's message",
                 vectors.watermark() - 1
             ));
         }
-        if !lineage::same_lineage(summaries.watermark(), summaries.last(), |id| {
-            lineage::stored_summary_fingerprint(&reader, SummaryId(id))
-        })? {
+        if !summaries_are_the_stores(&summaries, &reader)? {
             report.problems.push(format!(
                 "the summary vectors were made from another store: the last one embedded (id {}) \
                  is not the store's summary",
@@ -657,6 +658,20 @@ impl Semantic {
         }
         Ok(report)
     }
+}
+
+/// Whether the messages' vector `index` ends with the store's message ([`lineage`]).
+fn messages_are_the_stores<R: RecordReader>(index: &VectorIndex, reader: &R) -> Result<bool> {
+    lineage::same_lineage(index.watermark(), index.last(), |id| {
+        lineage::stored_message_fingerprint(reader, MessageId(id))
+    })
+}
+
+/// Whether the summaries' vector `index` ends with the store's summary ([`lineage`]).
+fn summaries_are_the_stores<R: RecordReader>(index: &VectorIndex, reader: &R) -> Result<bool> {
+    lineage::same_lineage(index.watermark(), index.last(), |id| {
+        lineage::stored_summary_fingerprint(reader, SummaryId(id))
+    })
 }
 
 /// The model id the messages' vector index is built under: the model's, and how a message is
