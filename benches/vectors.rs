@@ -13,8 +13,9 @@
 //! the real model's id (embedding a million messages with the model would take hours on two
 //! cores; search cost does not depend on what the vectors mean), and queries of corpus words
 //! through `grep`: each semantic or hybrid query embeds its text with the real model
-//! (all-MiniLM-L6-v2, `../shared/tools/embed-model/setup.sh`), searches and renders a page of
-//! 10 hits; hybrid's lift by neighbouring turns is also timed alone. Without the model this
+//! (all-MiniLM-L6-v2, `../shared/tools/embed-model/setup.sh`, or the model of
+//! `LCM_EMBED_MODEL_DIR`, the synthetic vectors then as wide as its), searches and renders a
+//! page of 10 hits; hybrid's lift by neighbouring turns is also timed alone. Without the model this
 //! part says so and measures nothing.
 //!
 //! **Real embeddings** (`real`): what the lists keep on vectors of real text rather than
@@ -92,33 +93,35 @@ fn unit(mut v: Vec<f32>) -> Vec<f32> {
     v
 }
 
-/// Clustered unit vectors (see the module doc).
+/// Clustered unit vectors of `dim` components (see the module doc).
 struct Points {
     centres: Vec<Vec<f32>>,
+    dim: usize,
 }
 
 impl Points {
-    fn new() -> Points {
+    fn new(dim: usize) -> Points {
         let mut rng = SplitMix64::new(25);
         Points {
             centres: (0..CENTRES)
-                .map(|_| unit((0..DIM).map(|_| gaussian(&mut rng)).collect()))
+                .map(|_| unit((0..dim).map(|_| gaussian(&mut rng)).collect()))
                 .collect(),
+            dim,
         }
     }
 
     fn point(&self, rng: &mut SplitMix64) -> Vec<f32> {
-        let noise = 1.0 / (DIM as f32).sqrt();
+        let noise = 1.0 / (self.dim as f32).sqrt();
         let c = &self.centres[(rng.next_u64() % CENTRES as u64) as usize];
         unit(c.iter().map(|x| x + noise * gaussian(rng)).collect())
     }
 
-    /// `n` points, flat (`n × DIM`), generated on both cores.
+    /// `n` points, flat (`n × dim`), generated on both cores.
     fn flat(&self, n: usize, seed: u64) -> Vec<f32> {
         let half = n / 2;
         let part = |seed: u64, count: usize| {
             let mut rng = SplitMix64::new(seed);
-            let mut out = Vec::with_capacity(count * DIM);
+            let mut out = Vec::with_capacity(count * self.dim);
             for _ in 0..count {
                 out.extend(self.point(&mut rng));
             }
@@ -237,7 +240,7 @@ fn entry(i: usize) -> VectorEntry {
 }
 
 fn build_index(n: usize) -> IndexFixture {
-    let points = Points::new();
+    let points = Points::new(DIM);
     let t = Instant::now();
     let flat = points.flat(n, 1);
     let mut rng = SplitMix64::new(7);
@@ -689,8 +692,8 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
     )
     .expect("open vectors");
     assert_eq!(opened, Opened::New);
-    assert_eq!(embedder.dimension(), DIM);
-    let points = Points::new();
+    // As wide as the model's vectors (384 for all-MiniLM-L6-v2, 768 for all-mpnet-base-v2).
+    let points = Points::new(embedder.dimension());
     let mut rng = SplitMix64::new(11);
     let t = Instant::now();
     for (i, &(message, session, created_at, role, len)) in lengths.iter().enumerate() {
