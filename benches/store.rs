@@ -9,6 +9,8 @@
 mod corpus;
 #[path = "support/real_data.rs"]
 mod real_data;
+#[path = "support/scratch.rs"]
+mod scratch;
 #[path = "support/sqlite.rs"]
 mod sqlite;
 
@@ -33,7 +35,8 @@ const BUILD_BATCH: u64 = 10_000;
 const TAIL: u64 = 1_000;
 
 struct Fixture {
-    tmp: tempfile::TempDir,
+    /// A [`scratch::kept`] directory: the store, its index and the SQLite baseline.
+    scratch: PathBuf,
     dir: PathBuf,
     data: DataDir,
     sqlite: Mutex<Baseline>,
@@ -59,12 +62,10 @@ static FIXTURE: OnceLock<Fixture> = OnceLock::new();
 fn fixture() -> &'static Fixture {
     FIXTURE.get_or_init(|| {
         let n = corpus_size();
-        let tmp =
-            tempfile::tempdir_in(std::env::var("LCM_BENCH_DIR").unwrap_or_else(|_| ".".into()))
-                .expect("temp dir");
-        let dir = tmp.path().join("lcm");
+        let scratch = scratch::kept();
+        let dir = scratch.join("lcm");
         let data = DataDir::open(&dir, &Config::default()).expect("open");
-        let mut sqlite = Baseline::open(&tmp.path().join("baseline.sqlite"));
+        let mut sqlite = Baseline::open(&scratch.join("baseline.sqlite"));
         let sessions: Vec<SessionId> = (0..SESSIONS)
             .map(|i| {
                 data.store
@@ -122,15 +123,15 @@ fn fixture() -> &'static Fixture {
             "disk   lcm store {:.1} MB + index {:.1} MB; sqlite {:.1} MB (with wal)",
             size(&dir.join("lcm.redb")) as f64 / 1e6,
             size(&dir.join("index")) as f64 / 1e6,
-            (size(&tmp.path().join("baseline.sqlite"))
-                + size(&tmp.path().join("baseline.sqlite-wal"))) as f64
+            (size(&scratch.join("baseline.sqlite")) + size(&scratch.join("baseline.sqlite-wal")))
+                as f64
                 / 1e6
         );
         // SQLite with `synchronous=NORMAL` leaves its writes to the kernel; flushed later, they
         // would compete with the syncs of whatever is measured next (lcm's, not SQLite's).
-        sync_tree(tmp.path());
+        sync_tree(&scratch);
         Fixture {
-            tmp,
+            scratch,
             dir,
             data,
             sqlite: Mutex::new(sqlite),
@@ -188,7 +189,7 @@ fn ingest(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1_000));
     // Before each case, whatever the one before left for the disk to write (SQLite `NORMAL`
     // leaves all of it) is written, so that no case pays for another's writes.
-    sync_tree(f.tmp.path());
+    sync_tree(&f.scratch);
     group.bench_function("lcm/append_batch_1000", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -218,7 +219,7 @@ fn ingest(c: &mut Criterion) {
         ("sqlite_full/insert_batch_1000", "FULL"),
     ] {
         sqlite.set_synchronous(synchronous);
-        sync_tree(f.tmp.path());
+        sync_tree(&f.scratch);
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -236,7 +237,7 @@ fn ingest(c: &mut Criterion) {
         });
     }
     group.throughput(Throughput::Elements(1));
-    sync_tree(f.tmp.path());
+    sync_tree(&f.scratch);
     group.bench_function("lcm/append_single_durable", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -255,7 +256,7 @@ fn ingest(c: &mut Criterion) {
         ("sqlite_full/insert_single", "FULL"),
     ] {
         sqlite.set_synchronous(synchronous);
-        sync_tree(f.tmp.path());
+        sync_tree(&f.scratch);
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -630,23 +631,9 @@ fn open(c: &mut Criterion) {
 // two searching corpora of different sizes.
 criterion_group!(benches, tokens, import, search, open, ingest);
 
-/// Removes the fixture's directory when the benchmarks end or panic: a static is never dropped,
-/// so its `TempDir` would leave the stores behind (about 1.2 GB a run at 1,000,000 messages).
-struct RemoveFixtureOnExit;
-
-impl Drop for RemoveFixtureOnExit {
-    fn drop(&mut self) {
-        if let Some(f) = FIXTURE.get()
-            && let Err(e) = std::fs::remove_dir_all(f.tmp.path())
-        {
-            eprintln!("could not remove {}: {e}", f.tmp.path().display());
-        }
-    }
-}
-
-// `criterion_main!`, with the fixture removed at the end.
+// `criterion_main!`, with the fixture's directory removed at the end.
 fn main() {
-    let _cleanup = RemoveFixtureOnExit;
+    let _cleanup = scratch::RemoveKeptOnExit;
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

@@ -34,12 +34,14 @@ mod corpus;
 mod groups;
 #[path = "support/real_data.rs"]
 mod real_data;
+#[path = "support/scratch.rs"]
+mod scratch;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 use groups::wanted;
 use lcm::core::config::Config;
 use lcm::core::message::search_text;
@@ -74,11 +76,6 @@ fn sizes() -> Vec<usize> {
     } else {
         vec![100_000, 1_000_000]
     }
-}
-
-fn bench_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(std::env::var("LCM_BENCH_DIR").unwrap_or_else(|_| ".".into()))
-        .expect("temp dir")
 }
 
 /// A gaussian sample (Box-Muller).
@@ -224,7 +221,6 @@ fn per_million(bytes: u64, n: usize) -> f64 {
 // The vector index alone
 
 struct IndexFixture {
-    _tmp: tempfile::TempDir,
     index: VectorIndex,
     queries: Vec<Vec<f32>>,
 }
@@ -250,8 +246,8 @@ fn build_index(n: usize) -> IndexFixture {
         t.elapsed().as_secs_f64(),
         std::thread::available_parallelism().map_or(1, |c| c.get())
     );
-    let tmp = bench_dir();
-    let dir = tmp.path().join("vectors");
+    let tmp = scratch::kept();
+    let dir = tmp.join("vectors");
     let (mut index, opened) = VectorIndex::open(&dir, DIM, MODEL, true).expect("open");
     assert_eq!(opened, Opened::New);
     let t = Instant::now();
@@ -360,11 +356,7 @@ fn build_index(n: usize) -> IndexFixture {
     }
     let (p50, p99) = percentiles(times);
     eprintln!("vectors {n}: one session of {SESSIONS} in scope: p50 {p50:.2} ms, p99 {p99:.2} ms");
-    IndexFixture {
-        _tmp: tmp,
-        index,
-        queries,
-    }
+    IndexFixture { index, queries }
 }
 
 fn index_fixtures() -> &'static Vec<(usize, IndexFixture)> {
@@ -505,8 +497,8 @@ fn real_embeddings(_: &mut Criterion) {
     assert_eq!(model.dimension(), DIM);
     let corpus = embedded(&model, &set.corpus);
     let n = corpus.len();
-    let tmp = bench_dir();
-    let dir = tmp.path().join("vectors");
+    let tmp = scratch::kept();
+    let dir = tmp.join("vectors");
     let (mut index, _) = VectorIndex::open(&dir, DIM, model.model_id(), true).expect("open");
     index.set_lists_from(n);
     for (i, v) in corpus.iter().enumerate() {
@@ -561,7 +553,7 @@ fn real_embeddings(_: &mut Criterion) {
             queries.len()
         );
     }
-    drift(&model, &corpus, &set.queries, &tmp.path().join("drift"));
+    drift(&model, &corpus, &set.queries, &tmp.join("drift"));
 }
 
 /// Lists trained on the first quarter of the corpus (transcript lines only), then the rest
@@ -624,7 +616,6 @@ fn drift(
 // Grep by meaning, end to end
 
 struct GrepFixture {
-    _tmp: tempfile::TempDir,
     data: DataDir,
     config: Config,
     queries: Vec<String>,
@@ -632,8 +623,8 @@ struct GrepFixture {
 }
 
 fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
-    let tmp = bench_dir();
-    let dir = tmp.path().join("lcm");
+    let tmp = scratch::kept();
+    let dir = tmp.join("lcm");
     let words = corpus::Words::new(20_000);
     let mut lengths: Vec<(u64, u64, i64, u8, u32)> = Vec::with_capacity(n);
     let sessions: Vec<SessionId>;
@@ -743,7 +734,6 @@ fn build_data_dir(n: usize, model: &Path) -> GrepFixture {
         })
         .collect();
     GrepFixture {
-        _tmp: tmp,
         data,
         config,
         queries,
@@ -912,4 +902,9 @@ fn grep_by_meaning(c: &mut Criterion) {
 }
 
 criterion_group!(benches, vector_index, real_embeddings, grep_by_meaning);
-criterion_main!(benches);
+// `criterion_main!`, with the fixtures' directories removed at the end.
+fn main() {
+    let _cleanup = scratch::RemoveKeptOnExit;
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
