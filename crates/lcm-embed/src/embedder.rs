@@ -244,12 +244,10 @@ impl Embedder {
         let config_path = root.join("config.json");
         let config_bytes = read(&config_path)?;
         let config: EncoderConfig = parse(&config_path, &config_bytes)?;
-        if let Some(detail) = config.unsupported() {
-            return Err(EmbedError::Invalid {
-                path: config_path,
-                detail,
-            });
-        }
+        let family = config.family().map_err(|detail| EmbedError::Invalid {
+            path: config_path,
+            detail,
+        })?;
         let pooling_path = pooling_dir.join("config.json");
         let pooling_config: PoolingConfig = parse(&pooling_path, &read(&pooling_path)?)?;
         let Some(pooling) = pooling_config.pooling() else {
@@ -301,7 +299,7 @@ impl Embedder {
                 });
             }
         };
-        let max_seq = max_seq.min(config.positions());
+        let max_seq = max_seq.min(config.positions(family));
         if max_seq < 8 {
             return Err(EmbedError::Invalid {
                 path: st_path,

@@ -65,26 +65,21 @@ pub(crate) enum Family {
 }
 
 impl Config {
-    /// The encoder of this configuration (`model_type` absent: BERT, as older
-    /// sentence-transformers directories have it).
-    pub(crate) fn family(&self) -> Option<Family> {
-        match self.model_type.as_deref() {
-            None | Some("bert") => Some(Family::Bert),
-            Some("mpnet") => Some(Family::MpNet),
-            Some(_) => None,
-        }
-    }
-
-    /// Why this configuration is not one the encoder computes faithfully, if it is not.
-    pub(crate) fn unsupported(&self) -> Option<String> {
-        let Some(family) = self.family() else {
-            return Some(format!(
-                "model_type {:?} is not supported (\"bert\" or \"mpnet\")",
-                self.model_type.as_deref().unwrap_or_default()
-            ));
+    /// The encoder this configuration describes (`model_type` absent: BERT, as older
+    /// sentence-transformers directories have it), or why it is not one this module computes
+    /// faithfully.
+    pub(crate) fn family(&self) -> std::result::Result<Family, String> {
+        let family = match self.model_type.as_deref() {
+            None | Some("bert") => Family::Bert,
+            Some("mpnet") => Family::MpNet,
+            Some(other) => {
+                return Err(format!(
+                    "model_type {other:?} is not supported (\"bert\" or \"mpnet\")"
+                ));
+            }
         };
         if Activation::named(&self.hidden_act).is_none() {
-            return Some(format!(
+            return Err(format!(
                 "hidden_act {:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh or relu)",
                 self.hidden_act
             ));
@@ -92,34 +87,34 @@ impl Config {
         if let Some(kind) = &self.position_embedding_type
             && kind != "absolute"
         {
-            return Some(format!(
+            return Err(format!(
                 "position_embedding_type {kind:?} is not supported (absolute only)"
             ));
         }
         if self.num_attention_heads == 0
             || !self.hidden_size.is_multiple_of(self.num_attention_heads)
         {
-            return Some(format!(
+            return Err(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
             ));
         }
         if family == Family::Bert && self.type_vocab_size.is_none() {
-            return Some("type_vocab_size is missing (BERT has token types)".into());
+            return Err("type_vocab_size is missing (BERT has token types)".into());
         }
         if family == Family::MpNet && self.buckets() < 2 {
-            return Some(format!(
+            return Err(format!(
                 "relative_attention_num_buckets {} is too few (2 at least)",
                 self.buckets()
             ));
         }
-        None
+        Ok(family)
     }
 
-    /// The most word pieces the encoder has positions for.
-    pub(crate) fn positions(&self) -> usize {
-        let first = self.family().map_or(0, |f| self.first_position(f));
-        self.max_position_embeddings.saturating_sub(first as usize)
+    /// The most word pieces the encoder of `family` has positions for.
+    pub(crate) fn positions(&self, family: Family) -> usize {
+        self.max_position_embeddings
+            .saturating_sub(self.first_position(family) as usize)
     }
 
     fn buckets(&self) -> usize {
@@ -486,12 +481,7 @@ pub(crate) struct Encoder {
 impl Encoder {
     /// Loads the weights `vb` holds (at its root, or under `bert.` or `mpnet.`).
     pub(crate) fn load(vb: VarBuilder, c: &Config) -> Result<Encoder> {
-        if let Some(why) = c.unsupported() {
-            candle_core::bail!("{why}");
-        }
-        let Some(family) = c.family() else {
-            candle_core::bail!("model_type {:?}", c.model_type);
-        };
+        let family = c.family().map_err(candle_core::Error::Msg)?;
         let prefix = match family {
             Family::Bert => "bert",
             Family::MpNet => "mpnet",
