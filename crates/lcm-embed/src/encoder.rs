@@ -18,15 +18,14 @@
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
-use rayon::prelude::*;
 use serde::Deserialize;
+
+use crate::kernels;
 
 /// Rows (word pieces of a batch) up to which a linear layer takes row-by-row dot products
 /// instead of candle's matrix product (see the module doc; measured crossover in
 /// docs/PERFORMANCE.md).
 pub(crate) const THIN_ROWS: usize = 64;
-/// Output columns one task of the row-by-row product computes.
-const COLUMNS_PER_TASK: usize = 64;
 
 /// The fields of `config.json` the encoder needs.
 #[derive(Debug, Clone, Deserialize)]
@@ -151,7 +150,7 @@ impl Activation {
 
     fn forward(self, xs: &Tensor) -> Result<Tensor> {
         match self {
-            Activation::Gelu => xs.gelu_erf(),
+            Activation::Gelu => kernels::gelu_erf(xs),
             Activation::GeluTanh => xs.gelu(),
             Activation::Relu => xs.relu(),
         }
@@ -205,73 +204,16 @@ impl Linear {
         };
         let start = layout.start_offset();
         let weight = &cpu.as_slice::<f32>()?[start..start + self.inputs * self.outputs];
-        let inputs = self.inputs;
-        // By column: `by_column[j * rows + r]` is output (r, j).
-        let mut by_column = vec![0f32; self.outputs * rows];
-        by_column
-            .par_chunks_mut(rows * COLUMNS_PER_TASK)
-            .enumerate()
-            .for_each(|(task, out)| {
-                let first = task * COLUMNS_PER_TASK;
-                for (c, column) in out.chunks_mut(rows).enumerate() {
-                    let j = first + c;
-                    let w = &weight[j * inputs..(j + 1) * inputs];
-                    for (r, o) in column.iter_mut().enumerate() {
-                        *o = dot(&x[r * inputs..(r + 1) * inputs], w) + self.bias_values[j];
-                    }
-                }
-            });
-        let mut out = vec![0f32; rows * self.outputs];
-        for (j, column) in by_column.chunks_exact(rows).enumerate() {
-            for (r, &v) in column.iter().enumerate() {
-                out[r * self.outputs + j] = v;
-            }
-        }
+        let out = kernels::thin_product(
+            &x,
+            rows,
+            weight,
+            &self.bias_values,
+            self.inputs,
+            self.outputs,
+        );
         Tensor::from_vec(out, (rows, self.outputs), &Device::Cpu)
     }
-}
-
-/// The dot product of two equally long f32 slices: fused multiply-adds on 16 lanes where the
-/// CPU has AVX2 and FMA (checked once), else the same loop for the baseline target.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if fma() {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { dot_fma(a, b) };
-    }
-    dot_lanes(a, b, |x, y, acc| x * y + acc)
-}
-
-#[inline(always)]
-fn dot_lanes(a: &[f32], b: &[f32], madd: impl Fn(f32, f32, f32) -> f32) -> f32 {
-    const LANES: usize = 16;
-    let mut acc = [0f32; LANES];
-    let (a_body, a_tail) = a.split_at(a.len() - a.len() % LANES);
-    let (b_body, b_tail) = b.split_at(a_body.len().min(b.len()));
-    for (x, y) in a_body.chunks_exact(LANES).zip(b_body.chunks_exact(LANES)) {
-        for l in 0..LANES {
-            acc[l] = madd(x[l], y[l], acc[l]);
-        }
-    }
-    let mut sum = acc.iter().sum::<f32>();
-    for (x, y) in a_tail.iter().zip(b_tail) {
-        sum = madd(*x, *y, sum);
-    }
-    sum
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn dot_fma(a: &[f32], b: &[f32]) -> f32 {
-    dot_lanes(a, b, f32::mul_add)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn fma() -> bool {
-    static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FMA.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    })
 }
 
 fn layer_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
@@ -586,27 +528,6 @@ mod tests {
                 relative_bucket(relative, 32),
                 expected,
                 "position {relative}"
-            );
-        }
-    }
-
-    #[test]
-    fn dot_products_agree_with_the_plain_sum() {
-        for len in [0usize, 1, 15, 16, 17, 384, 1536 + 3] {
-            let a: Vec<f32> = (0..len)
-                .map(|i| ((i * 7919) % 113) as f32 / 57.0 - 1.0)
-                .collect();
-            let b: Vec<f32> = (0..len)
-                .map(|i| ((i * 104_729) % 97) as f32 / 48.0 - 1.0)
-                .collect();
-            let plain: f64 = a
-                .iter()
-                .zip(&b)
-                .map(|(x, y)| f64::from(*x) * f64::from(*y))
-                .sum();
-            assert!(
-                (f64::from(dot(&a, &b)) - plain).abs() < 1e-4,
-                "length {len}"
             );
         }
     }

@@ -17,5 +17,6 @@
 
 mod embedder;
 mod encoder;
+mod kernels;
 
 pub use embedder::{EmbedError, EmbedOptions, Embedder, HEAD_BYTES_PER_TOKEN, MAX_CHUNKED_BYTES};
