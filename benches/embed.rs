@@ -8,7 +8,8 @@
 //! without either it says so and measures nothing. Before criterion runs, one timed pass per
 //! thread count prints messages/s, MB/s, the CPU time it took (the thread limit at work) and the
 //! resident memory of the loaded model to stderr. A second group embeds one short query at a
-//! time (what a semantic or hybrid search does first), with 2 threads and with 1. Figures:
+//! time (what a semantic or hybrid search does first), with 2 threads and with 1; a third, one
+//! message of 48, 96 or 192 word pieces alone (the catch-up in a live session). Figures:
 //! docs/PERFORMANCE.md.
 
 #[path = "support/real_data.rs"]
@@ -209,6 +210,22 @@ fn embed(c: &mut Criterion) {
                 let query = format!("flaky migration test of module m{}", n % 97);
                 model.embed(&[&query]).expect("embed")
             })
+        });
+    }
+    group.finish();
+
+    // A message embedded alone, as the catch-up does when messages come one at a time (a live
+    // session): one forward pass of `pieces` word pieces (plus the two the model adds), cut
+    // from the real messages.
+    let all = texts.join("\n");
+    let mut group = c.benchmark_group("embed_one");
+    group.sample_size(20);
+    let (name, model) = &models[0];
+    for pieces in [48, 96, 192] {
+        let text = model.head(&all, pieces).expect("head");
+        group.throughput(Throughput::Bytes(text.len() as u64));
+        group.bench_function(format!("{label}/{pieces}_pieces/{name}"), |b| {
+            b.iter(|| model.embed(&[text]).expect("embed"))
         });
     }
     group.finish();
