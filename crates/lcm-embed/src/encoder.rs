@@ -11,9 +11,9 @@
 //! matrix product (the `gemm` crate) first copies the whole weight matrix into its panel layout,
 //! reading the transposed weights one strided float at a time: for a query that copy was most
 //! of the forward pass (docs/PERFORMANCE.md, "Hybrid recall"). Here a linear layer with few
-//! rows ([`THIN_ROWS`] or fewer) takes dot products of each input row with each weight row,
-//! both contiguous, reading every weight once; larger inputs (the index's batches) keep
-//! candle's product, which is faster there. Everything else is candle's operations, as
+//! rows ([`THIN_ROWS`] or fewer) takes [`kernels::thin_product`], which reads the weights as
+//! they are stored, once; larger inputs (the index's batches) keep candle's product, which is
+//! faster there. GELU is [`kernels::gelu_erf`]; everything else is candle's operations, as
 //! candle-transformers composes them.
 
 use candle_core::{DType, Device, Module, Result, Tensor};
@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use crate::kernels;
 
-/// Rows (word pieces of a batch) up to which a linear layer takes row-by-row dot products
+/// Rows (word pieces of a batch) up to which a linear layer takes [`kernels::thin_product`]
 /// instead of candle's matrix product (see the module doc; measured crossover in
 /// docs/PERFORMANCE.md).
 pub(crate) const THIN_ROWS: usize = 64;
@@ -195,7 +195,7 @@ impl Linear {
         y.reshape(dims)
     }
 
-    /// `rows` rows by dot products with each weight row (on the current rayon pool).
+    /// `rows` rows by [`kernels::thin_product`] (on the current rayon pool).
     fn thin(&self, x: &Tensor, rows: usize) -> Result<Tensor> {
         let x: Vec<f32> = x.flatten_all()?.to_vec1()?;
         let (storage, layout) = self.weight.storage_and_layout();
