@@ -176,6 +176,64 @@ fn import_grep_show_round_trip() {
 }
 
 #[test]
+fn grep_ignores_case_and_takes_fixed_strings_in_regex_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    assert!(
+        lcm(dir, &["import", example().to_str().unwrap()])
+            .status
+            .success()
+    );
+    let hits = |args: &[&str]| -> Vec<Value> {
+        let mut all = vec!["grep", "--json"];
+        all.extend_from_slice(args);
+        json(&lcm(dir, &all))["hits"].as_array().unwrap().clone()
+    };
+    let ids = |hits: &[Value]| -> Vec<String> {
+        hits.iter()
+            .map(|h| h["message"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    // Case: the ticket as written, and in lower case with and without --ignore-case.
+    let exact = hits(&["INV-4821"]);
+    assert!(!exact.is_empty());
+    assert!(hits(&["inv-4821"]).is_empty());
+    assert_eq!(ids(&hits(&["-i", "inv-4821"])), ids(&exact));
+    assert_eq!(ids(&hits(&["--ignore-case", "inv-4821"])), ids(&exact));
+
+    // A literal with regex syntax in it: refused as a regex, found as a fixed string, and the
+    // hit's text holds it as written.
+    let out = lcm(dir, &["grep", "insertions(+)"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid regex"));
+    let fixed = hits(&["-F", "insertions(+)"]);
+    assert!(!fixed.is_empty());
+    for hit in &fixed {
+        let shown = lcm(dir, &["show", hit["message"].as_str().unwrap()]);
+        assert!(String::from_utf8_lossy(&shown.stdout).contains("insertions(+)"));
+    }
+    // `fetch_page(cursor)` is also a valid regex, which matches other text (a group, no
+    // parentheses): only the fixed string finds the call.
+    assert!(hits(&["fetch_page(cursor)"]).is_empty());
+    assert!(!hits(&["--fixed-strings", "fetch_page(cursor)"]).is_empty());
+    // Both at once.
+    assert_eq!(
+        ids(&hits(&["-i", "-F", "FETCH_PAGE(CURSOR)"])),
+        ids(&hits(&["-F", "fetch_page(cursor)"]))
+    );
+
+    // Other modes refuse them, saying why; nothing else changes.
+    let out = lcm(dir, &["grep", "--mode", "full-text", "-i", "timeout"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("regex mode only"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn errors_are_human_readable_with_a_non_zero_exit() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

@@ -55,6 +55,13 @@ pub struct GrepArgs {
     pub pattern: String,
     #[arg(long, value_enum, default_value = "regex")]
     pub mode: Mode,
+    /// Regex mode: match letters whatever their case (the pattern as `(?i)PATTERN`).
+    #[arg(short = 'i', long)]
+    pub ignore_case: bool,
+    /// Regex mode: the pattern is a literal string, its `.`, `(`, `*` and the rest matched as
+    /// they are.
+    #[arg(short = 'F', long)]
+    pub fixed_strings: bool,
     /// Only this session (`ses_N` or its key).
     #[arg(long)]
     pub session: Option<String>,
@@ -73,6 +80,30 @@ pub struct GrepArgs {
     /// Continue from a previous page's cursor.
     #[arg(long)]
     pub cursor: Option<String>,
+}
+
+impl GrepArgs {
+    /// The pattern as the search takes it: escaped for `--fixed-strings`, behind `(?i)` for
+    /// `--ignore-case`. Both are regex options: the other modes match words whatever their
+    /// case, and a literal is what they read anyway.
+    pub fn regex_pattern(&self) -> Result<String> {
+        if (self.ignore_case || self.fixed_strings) && self.mode != Mode::Regex {
+            bail!(
+                "--ignore-case and --fixed-strings apply to regex mode only: full-text and \
+                 meaning searches take words, whatever their case"
+            );
+        }
+        let pattern = if self.fixed_strings {
+            regex::escape(&self.pattern)
+        } else {
+            self.pattern.clone()
+        };
+        Ok(if self.ignore_case {
+            format!("(?i){pattern}")
+        } else {
+            pattern
+        })
+    }
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
@@ -103,7 +134,7 @@ pub fn grep(app: &App, args: &GrepArgs) -> Result<()> {
         .map(|s| resolve_session(&data, s))
         .transpose()?;
     let request = GrepRequest {
-        pattern: args.pattern.clone(),
+        pattern: args.regex_pattern()?,
         mode: args.mode.grep_mode(),
         scope: Scope {
             session,
