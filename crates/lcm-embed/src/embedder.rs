@@ -778,4 +778,76 @@ mod tests {
             );
         }
     }
+
+    /// A batch's attention reads each text's real word pieces only (`Layer::attend`): the
+    /// states of a text padded in a batch are the states it has alone, and its padding rows
+    /// stay finite.
+    #[test]
+    fn a_padded_text_has_the_states_it_has_alone() {
+        let Some(dir) = minilm_dir() else { return };
+        let model = Embedder::load(&dir, EmbedOptions::default()).unwrap();
+        let texts = [
+            "short",
+            "a text of middling length about trains",
+            "the longest text of the three, so that both others are padded in the batch: \
+             it went on about the weather, the trains and the mountains",
+        ];
+        let encodings: Vec<_> = texts
+            .iter()
+            .map(|t| model.tokenizer.encode(*t, true).unwrap())
+            .collect();
+        let len = encodings.iter().map(|e| e.get_ids().len()).max().unwrap();
+        let (mut ids, mut mask) = (Vec::new(), Vec::new());
+        for e in &encodings {
+            let n = e.get_ids().len();
+            ids.extend(
+                e.get_ids()
+                    .iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(0, len - n)),
+            );
+            mask.extend(std::iter::repeat_n(1u32, n).chain(std::iter::repeat_n(0, len - n)));
+        }
+        let ids = Tensor::from_vec(ids, (texts.len(), len), &Device::Cpu).unwrap();
+        let mask = Tensor::from_vec(mask, (texts.len(), len), &Device::Cpu).unwrap();
+        let batched = model.pool.install(|| {
+            model
+                .model
+                .forward(&ids, &ids.zeros_like().unwrap(), &mask)
+                .unwrap()
+        });
+        for (i, e) in encodings.iter().enumerate() {
+            let n = e.get_ids().len();
+            let alone_ids = Tensor::new(e.get_ids(), &Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            let alone = model
+                .model
+                .forward(
+                    &alone_ids,
+                    &alone_ids.zeros_like().unwrap(),
+                    &alone_ids.ones_like().unwrap(),
+                )
+                .unwrap();
+            let alone: Vec<Vec<f32>> = alone.get(0).unwrap().to_vec2().unwrap();
+            let rows: Vec<Vec<f32>> = batched.get(i).unwrap().to_vec2().unwrap();
+            for (row, state) in rows.iter().enumerate() {
+                if row < n {
+                    let d = state
+                        .iter()
+                        .zip(&alone[row])
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0f32, f32::max);
+                    assert!(d < 1e-5, "text {i}, piece {row}: {d}");
+                    assert!(state.iter().any(|v| v.abs() > 0.1), "a real state");
+                } else {
+                    assert!(
+                        state.iter().all(|v| v.is_finite()),
+                        "text {i}, padding row {row} is not finite"
+                    );
+                }
+            }
+        }
+    }
 }

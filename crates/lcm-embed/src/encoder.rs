@@ -13,8 +13,10 @@
 //! of the forward pass (docs/PERFORMANCE.md, "Hybrid recall"). Here a linear layer with few
 //! rows ([`THIN_ROWS`] or fewer) takes [`kernels::thin_product`], which reads the weights as
 //! they are stored, once; larger inputs (the index's batches) keep candle's product, which is
-//! faster there. GELU is [`kernels::gelu_erf`]; everything else is candle's operations, as
-//! candle-transformers composes them.
+//! faster there. GELU is [`kernels::gelu_erf`]. Attention takes a text at a time over its
+//! real word pieces (`Layer::attend`), where candle-transformers scores a whole padded batch
+//! and masks the padding. Everything else is candle's operations, as candle-transformers
+//! composes them.
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
@@ -337,19 +339,13 @@ impl Layer {
             .contiguous()
     }
 
-    /// `bias` is added to the attention scores: the padding mask, and MPNet's relative
-    /// positions.
-    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    /// `shape` says which word pieces of each text are real, and MPNet's relative-position
+    /// bias.
+    fn forward(&self, x: &Tensor, shape: &Attention) -> Result<Tensor> {
         let q = self.by_head(&self.query.forward(x)?)?;
         let k = self.by_head(&self.key.forward(x)?)?;
         let v = self.by_head(&self.value.forward(x)?)?;
-        let scores = (q.matmul(&k.t()?)? / (self.head_size as f64).sqrt())?.broadcast_add(bias)?;
-        let probabilities = candle_nn::ops::softmax_last_dim(&scores)?;
-        let context = probabilities
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .flatten_from(2)?;
+        let context = self.attend(&q, &k, &v, shape)?;
         let attended = self
             .attention_norm
             .forward(&(self.attention_out.forward(&context)? + x)?)?;
@@ -359,6 +355,71 @@ impl Layer {
         self.output_norm
             .forward(&(self.output.forward(&inner)? + attended)?)
     }
+
+    /// Scaled dot-product attention, `(batch, heads, len, head_size)` each → `(batch, len,
+    /// hidden)`, one text at a time over its real word pieces only. The padding's keys would
+    /// get a weight of exactly 0 after the softmax (`transformers` adds `f32::MIN` to their
+    /// scores) and the padding's own rows are never read (the next layer's attention skips them
+    /// too, and pooling masks them), so leaving both out computes the same states; the padding
+    /// rows come out as zeros. A batch's score tensors were `batch × heads × len × len` floats,
+    /// three of them alive at once (a hundred megabytes each for 32 texts of 256 pieces): one
+    /// text's are `heads × n × n`, freed before the next (docs/PERFORMANCE.md, "Attention a
+    /// text at a time").
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, shape: &Attention) -> Result<Tensor> {
+        use rayon::prelude::*;
+        let (_, _, len, _) = q.dims4()?;
+        let scale = (self.head_size as f64).sqrt();
+        let weigh = |q: &Tensor, k: &Tensor, relative: Option<Tensor>| -> Result<Tensor> {
+            let mut scores = (q.matmul(&k.t()?)? / scale)?;
+            if let Some(relative) = relative {
+                scores = scores.broadcast_add(&relative)?;
+            }
+            candle_nn::ops::softmax_last_dim(&scores)
+        };
+        if shape.lengths.iter().all(|&n| n == len) {
+            // No padding (a query, or texts of one length): the whole batch at once.
+            return weigh(q, k, shape.relative.clone())?
+                .matmul(v)?
+                .transpose(1, 2)?
+                .contiguous()?
+                .flatten_from(2);
+        }
+        let texts: Vec<Tensor> = shape
+            .lengths
+            .par_iter()
+            .enumerate()
+            .map(|(text, &n)| {
+                if n == 0 {
+                    return Tensor::zeros(
+                        (len, self.heads * self.head_size),
+                        q.dtype(),
+                        q.device(),
+                    );
+                }
+                let real = |t: &Tensor| t.get(text)?.narrow(1, 0, n)?.contiguous();
+                let (q, k, v) = (real(q)?, real(k)?, real(v)?);
+                let relative = match &shape.relative {
+                    Some(relative) => Some(relative.narrow(1, 0, n)?.narrow(2, 0, n)?),
+                    None => None,
+                };
+                weigh(&q, &k, relative)?
+                    .matmul(&v)?
+                    .transpose(0, 1)?
+                    .contiguous()?
+                    .flatten_from(1)?
+                    .pad_with_zeros(0, 0, len - n)
+            })
+            .collect::<Result<_>>()?;
+        Tensor::stack(&texts, 0)
+    }
+}
+
+/// What every layer's attention needs to know of a batch besides its states.
+struct Attention {
+    /// The real word pieces of each text (they come first in its row; padding follows).
+    lengths: Vec<usize>,
+    /// MPNet's relative-position bias, `(heads, len, len)`.
+    relative: Option<Tensor>,
 }
 
 /// The most distance MPNet's buckets tell apart (`transformers`' `max_distance`).
@@ -459,20 +520,26 @@ impl Encoder {
     /// padding).
     pub(crate) fn forward(&self, ids: &Tensor, types: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let mut x = self.embeddings.forward(ids, types)?;
-        // Padding gets the lowest score before the softmax: (1 - mask) · f32::MIN, as
-        // `transformers` extends the mask, broadcast over heads and query positions.
-        let mask = mask.to_dtype(DType::F32)?;
-        let mut bias = ((mask.ones_like()? - &mask)? * f64::from(f32::MIN))?
-            .unsqueeze(1)?
-            .unsqueeze(1)?;
-        if let Some(relative) = &self.relative_bias {
-            // Computed once for every layer, as `transformers` does; the mask is 0 on real
-            // keys, so their scores get the relative bias exactly.
-            let (_, len) = ids.dims2()?;
-            bias = bias.broadcast_add(&relative.forward(len, ids.device())?)?;
-        }
+        // Each text's word pieces start at the batch's first column (`Embeddings::forward`), so
+        // the mask's sum is where its padding starts.
+        let lengths = mask
+            .to_dtype(DType::U32)?
+            .sum(1)?
+            .to_vec1::<u32>()?
+            .into_iter()
+            .map(|n| n as usize)
+            .collect();
+        let relative = match &self.relative_bias {
+            // Computed once for every layer, as `transformers` does.
+            Some(relative) => {
+                let (_, len) = ids.dims2()?;
+                Some(relative.forward(len, ids.device())?.squeeze(0)?)
+            }
+            None => None,
+        };
+        let shape = Attention { lengths, relative };
         for layer in &self.layers {
-            x = layer.forward(&x, &bias)?;
+            x = layer.forward(&x, &shape)?;
         }
         Ok(x)
     }
