@@ -63,6 +63,24 @@ pub enum EmbedError {
 
 type Result<T, E = EmbedError> = std::result::Result<T, E>;
 
+/// A batch's token ids and attention mask, `(texts, len)` each: every text's word pieces from
+/// the first column, then padding (id 0, mask 0) up to the longest.
+fn padded(batch: &[&tokenizers::Encoding]) -> candle_core::Result<(Tensor, Tensor)> {
+    let len = batch.iter().map(|e| e.get_ids().len()).max().unwrap_or(0);
+    let n = batch.len();
+    let mut ids = vec![0u32; n * len];
+    let mut mask = vec![0u32; n * len];
+    for (row, e) in batch.iter().enumerate() {
+        let at = row * len;
+        ids[at..at + e.get_ids().len()].copy_from_slice(e.get_ids());
+        mask[at..at + e.get_ids().len()].copy_from_slice(e.get_attention_mask());
+    }
+    Ok((
+        Tensor::from_vec(ids, (n, len), &Device::Cpu)?,
+        Tensor::from_vec(mask, (n, len), &Device::Cpu)?,
+    ))
+}
+
 fn model_error(e: candle_core::Error) -> EmbedError {
     EmbedError::Model(e.to_string())
 }
@@ -480,18 +498,7 @@ impl Embedder {
     }
 
     fn forward(&self, batch: Vec<&tokenizers::Encoding>) -> Result<Vec<Vec<f32>>> {
-        let len = batch.iter().map(|e| e.get_ids().len()).max().unwrap_or(0);
-        let n = batch.len();
-        let mut ids = vec![0u32; n * len];
-        let mut mask = vec![0u32; n * len];
-        for (row, e) in batch.iter().enumerate() {
-            let at = row * len;
-            ids[at..at + e.get_ids().len()].copy_from_slice(e.get_ids());
-            mask[at..at + e.get_ids().len()].copy_from_slice(e.get_attention_mask());
-        }
-        let device = Device::Cpu;
-        let ids = Tensor::from_vec(ids, (n, len), &device).map_err(model_error)?;
-        let mask = Tensor::from_vec(mask, (n, len), &device).map_err(model_error)?;
+        let (ids, mask) = padded(&batch).map_err(model_error)?;
         let types = ids.zeros_like().map_err(model_error)?;
         let hidden = self
             .model
@@ -796,20 +803,7 @@ mod tests {
             .iter()
             .map(|t| model.tokenizer.encode(*t, true).unwrap())
             .collect();
-        let len = encodings.iter().map(|e| e.get_ids().len()).max().unwrap();
-        let (mut ids, mut mask) = (Vec::new(), Vec::new());
-        for e in &encodings {
-            let n = e.get_ids().len();
-            ids.extend(
-                e.get_ids()
-                    .iter()
-                    .copied()
-                    .chain(std::iter::repeat_n(0, len - n)),
-            );
-            mask.extend(std::iter::repeat_n(1u32, n).chain(std::iter::repeat_n(0, len - n)));
-        }
-        let ids = Tensor::from_vec(ids, (texts.len(), len), &Device::Cpu).unwrap();
-        let mask = Tensor::from_vec(mask, (texts.len(), len), &Device::Cpu).unwrap();
+        let (ids, mask) = padded(&encodings.iter().collect::<Vec<_>>()).unwrap();
         let batched = model.pool.install(|| {
             model
                 .model

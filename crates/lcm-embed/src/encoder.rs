@@ -369,16 +369,16 @@ impl Layer {
         use rayon::prelude::*;
         let (_, _, len, _) = q.dims4()?;
         let scale = (self.head_size as f64).sqrt();
-        let weigh = |q: &Tensor, k: &Tensor, relative: Option<Tensor>| -> Result<Tensor> {
+        let weigh = |q: &Tensor, k: &Tensor, relative: Option<&Tensor>| -> Result<Tensor> {
             let mut scores = (q.matmul(&k.t()?)? / scale)?;
             if let Some(relative) = relative {
-                scores = scores.broadcast_add(&relative)?;
+                scores = scores.broadcast_add(relative)?;
             }
             candle_nn::ops::softmax_last_dim(&scores)
         };
         if shape.lengths.iter().all(|&n| n == len) {
             // No padding (a query, or texts of one length): the whole batch at once.
-            return weigh(q, k, shape.relative.clone())?
+            return weigh(q, k, shape.relative.as_ref())?
                 .matmul(v)?
                 .transpose(1, 2)?
                 .contiguous()?
@@ -402,7 +402,7 @@ impl Layer {
                     Some(relative) => Some(relative.narrow(1, 0, n)?.narrow(2, 0, n)?),
                     None => None,
                 };
-                weigh(&q, &k, relative)?
+                weigh(&q, &k, relative.as_ref())?
                     .matmul(&v)?
                     .transpose(0, 1)?
                     .contiguous()?
@@ -456,7 +456,7 @@ struct RelativeBias {
 }
 
 impl RelativeBias {
-    /// `(1, heads, len, len)`: the bias of each query (row) and key (column).
+    /// `(heads, len, len)`: the bias of each query (row) and key (column).
     fn forward(&self, len: usize, device: &Device) -> Result<Tensor> {
         let mut buckets = Vec::with_capacity(len * len);
         for query in 0..len as i64 {
@@ -468,7 +468,6 @@ impl RelativeBias {
         self.values
             .forward(&buckets)?
             .permute((2, 0, 1))?
-            .unsqueeze(0)?
             .contiguous()
     }
 }
@@ -533,7 +532,7 @@ impl Encoder {
             // Computed once for every layer, as `transformers` does.
             Some(relative) => {
                 let (_, len) = ids.dims2()?;
-                Some(relative.forward(len, ids.device())?.squeeze(0)?)
+                Some(relative.forward(len, ids.device())?)
             }
             None => None,
         };
