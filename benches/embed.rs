@@ -9,8 +9,11 @@
 //! thread count prints messages/s, MB/s, the CPU time it took (the thread limit at work) and the
 //! resident memory of the loaded model to stderr. A second group embeds one short query at a
 //! time (what a semantic or hybrid search does first), with 2 threads and with 1; a third, one
-//! message of 48, 96 or 192 word pieces alone (the catch-up in a live session). Figures:
-//! docs/PERFORMANCE.md.
+//! message of 48, 96 or 192 word pieces alone (the catch-up in a live session). The `rerank`
+//! group scores one query against 50 passages with the cross-encoder of
+//! `tests/models/ms-marco-MiniLM-L-12-v2.sh` (what a hybrid search with `reranker_dir` adds):
+//! 50 LoCoMo turns (short) and 50 of the transcripts' messages (long, cut at 512 pieces).
+//! Figures: docs/PERFORMANCE.md.
 
 #[path = "support/real_data.rs"]
 mod real_data;
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use lcm::search::semantic::{CONTEXT_TOKENS, first_chunk_text};
-use lcm_embed::{EmbedOptions, Embedder};
+use lcm_embed::{EmbedOptions, Embedder, RerankOptions, Reranker};
 
 /// Messages embedded per iteration.
 const MESSAGES: usize = 512;
@@ -231,5 +234,41 @@ fn embed(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, embed);
+/// Passages a hybrid search's reranker reads (the configuration's default `rerank_depth`).
+const RERANKED: usize = 50;
+
+fn rerank(c: &mut Criterion) {
+    let (dir, (turns, questions), texts) =
+        match (real_data::reranker_dir(), real_data::locomo(), real_texts()) {
+            (Ok(dir), Ok(locomo), Ok(texts)) => (dir, locomo, texts),
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+                eprintln!("SKIPPED reranking: {why}");
+                return;
+            }
+        };
+    let model = Reranker::load(&dir, RerankOptions::default()).expect("load the reranker");
+    let turns: Vec<&str> = turns.iter().take(RERANKED).map(String::as_str).collect();
+    let messages: Vec<&str> = texts.iter().take(RERANKED).map(String::as_str).collect();
+    let mut group = c.benchmark_group("rerank");
+    group.sample_size(10);
+    let mut n = 0;
+    group.bench_function(format!("locomo_{RERANKED}_turns"), |b| {
+        b.iter(|| {
+            n += 1;
+            model
+                .score(&questions[n % questions.len()], &turns)
+                .expect("rerank")
+        })
+    });
+    group.bench_function(format!("transcripts_{RERANKED}_messages"), |b| {
+        b.iter(|| {
+            model
+                .score("why did the migration test fail?", &messages)
+                .expect("rerank")
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, embed, rerank);
 criterion_main!(benches);

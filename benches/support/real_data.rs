@@ -22,12 +22,23 @@ pub fn model_dir() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("LCM_EMBED_MODEL_DIR") {
         return Ok(PathBuf::from(dir));
     }
-    let setup =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/embed-model/setup.sh");
+    set_up(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/embed-model/setup.sh"))
+}
+
+/// The reranker's directory (what `tests/models/ms-marco-MiniLM-L-12-v2.sh` prints), or why
+/// there is none.
+pub fn reranker_dir() -> Result<PathBuf, String> {
+    set_up(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/models/ms-marco-MiniLM-L-12-v2.sh"),
+    )
+}
+
+/// The directory a model's setup script prints (it fetches the model the first time).
+fn set_up(setup: &std::path::Path) -> Result<PathBuf, String> {
     if !setup.exists() {
         return Err(format!("{} is absent", setup.display()));
     }
-    let out = std::process::Command::new(&setup)
+    let out = std::process::Command::new(setup)
         .output()
         .map_err(|e| format!("cannot run {}: {e}", setup.display()))?;
     if !out.status.success() {

@@ -239,6 +239,13 @@ pub struct EmbeddingsConfig {
     /// directory's (`prompts.document`, `passage` or `corpus`); E5: `"passage: "`. Changing it
     /// rebuilds the vector index. `None`: the directory's, else none.
     pub document_prompt: Option<String>,
+    /// A cross-encoder directory (`config.json` of a BERT with one label, `model.safetensors`,
+    /// `tokenizer.json`; ms-marco-MiniLM-L-12-v2 is the tested one) that reorders the first
+    /// [`Self::rerank_depth`] hits of every hybrid search. `None`: hybrid's fused order stands.
+    pub reranker_dir: Option<PathBuf>,
+    /// Hits of a hybrid search the reranker reads (each costs a forward pass of the
+    /// cross-encoder).
+    pub rerank_depth: usize,
 }
 
 impl Default for EmbeddingsConfig {
@@ -252,6 +259,8 @@ impl Default for EmbeddingsConfig {
             lists_from: 200_000,
             query_prompt: None,
             document_prompt: None,
+            reranker_dir: None,
+            rerank_depth: 50,
         }
     }
 }
@@ -262,6 +271,19 @@ impl EmbeddingsConfig {
             return Err(ConfigError::Invalid(
                 "embeddings.batch_size and embeddings.index_batch must be at least 1".into(),
             ));
+        }
+        if self.reranker_dir.is_some() && self.model_dir.is_none() {
+            return Err(ConfigError::Invalid(
+                "embeddings.reranker_dir reorders hybrid search, which needs \
+                 embeddings.model_dir: set both, or neither"
+                    .into(),
+            ));
+        }
+        if !(1..=1000).contains(&self.rerank_depth) {
+            return Err(ConfigError::Invalid(format!(
+                "embeddings.rerank_depth must be between 1 and 1000, got {}",
+                self.rerank_depth
+            )));
         }
         if self.lists_from < 16 {
             return Err(ConfigError::Invalid(format!(
@@ -968,6 +990,19 @@ mod tests {
         assert!(err.to_string().contains("storage.cache_mib"), "{err}");
         let small = Config::from_toml("[storage]\ncache_mib = 64\n").unwrap();
         assert_eq!(small.storage.cache_mib, 64);
+    }
+
+    #[test]
+    fn a_reranker_needs_the_embedding_model_and_a_depth() {
+        let err = Config::from_toml("[embeddings]\nreranker_dir = \"/r\"\n").unwrap_err();
+        assert!(err.to_string().contains("embeddings.model_dir"), "{err}");
+        let err =
+            Config::from_toml("[embeddings]\nmodel_dir = \"/m\"\nrerank_depth = 0\n").unwrap_err();
+        assert!(err.to_string().contains("embeddings.rerank_depth"), "{err}");
+        let both =
+            Config::from_toml("[embeddings]\nmodel_dir = \"/m\"\nreranker_dir = \"/r\"\n").unwrap();
+        assert_eq!(both.embeddings.reranker_dir, Some(PathBuf::from("/r")));
+        assert_eq!(both.embeddings.rerank_depth, 50);
     }
 
     #[test]

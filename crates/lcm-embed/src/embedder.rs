@@ -63,25 +63,37 @@ pub enum EmbedError {
 
 type Result<T, E = EmbedError> = std::result::Result<T, E>;
 
-/// A batch's token ids and attention mask, `(texts, len)` each: every text's word pieces from
-/// the first column, then padding (id 0, mask 0) up to the longest.
-fn padded(batch: &[&tokenizers::Encoding]) -> candle_core::Result<(Tensor, Tensor)> {
+/// A batch's token ids, token types and attention mask, `(texts, len)` each: every text's word
+/// pieces from the first column, then padding (id 0, type 0, mask 0) up to the longest.
+pub(crate) fn padded(
+    batch: &[&tokenizers::Encoding],
+) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
     let len = batch.iter().map(|e| e.get_ids().len()).max().unwrap_or(0);
     let n = batch.len();
     let mut ids = vec![0u32; n * len];
+    let mut types = vec![0u32; n * len];
     let mut mask = vec![0u32; n * len];
     for (row, e) in batch.iter().enumerate() {
         let at = row * len;
-        ids[at..at + e.get_ids().len()].copy_from_slice(e.get_ids());
-        mask[at..at + e.get_ids().len()].copy_from_slice(e.get_attention_mask());
+        let real = e.get_ids().len();
+        ids[at..at + real].copy_from_slice(e.get_ids());
+        types[at..at + real].copy_from_slice(e.get_type_ids());
+        mask[at..at + real].copy_from_slice(e.get_attention_mask());
     }
-    Ok((
-        Tensor::from_vec(ids, (n, len), &Device::Cpu)?,
-        Tensor::from_vec(mask, (n, len), &Device::Cpu)?,
-    ))
+    let tensor = |values| Tensor::from_vec(values, (n, len), &Device::Cpu);
+    Ok((tensor(ids)?, tensor(types)?, tensor(mask)?))
 }
 
-fn model_error(e: candle_core::Error) -> EmbedError {
+/// The first `max_bytes` of `text`, cut on a character boundary.
+pub(crate) fn head_bytes(text: &str, max_bytes: usize) -> &str {
+    let mut end = text.len().min(max_bytes);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+pub(crate) fn model_error(e: candle_core::Error) -> EmbedError {
     EmbedError::Model(e.to_string())
 }
 
@@ -241,14 +253,14 @@ impl SentenceTransformersConfig {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|source| EmbedError::Read {
         path: path.to_path_buf(),
         source,
     })
 }
 
-fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|e| EmbedError::Invalid {
         path: path.to_path_buf(),
         detail: format!("not the expected JSON: {e}"),
@@ -498,8 +510,7 @@ impl Embedder {
     }
 
     fn forward(&self, batch: Vec<&tokenizers::Encoding>) -> Result<Vec<Vec<f32>>> {
-        let (ids, mask) = padded(&batch).map_err(model_error)?;
-        let types = ids.zeros_like().map_err(model_error)?;
+        let (ids, types, mask) = padded(&batch).map_err(model_error)?;
         let hidden = self
             .model
             .forward(&ids, &types, &mask)
@@ -531,11 +542,7 @@ impl Embedder {
         text: &'t str,
         max_bytes: usize,
     ) -> Result<(&'t str, tokenizers::Encoding)> {
-        let mut end = text.len().min(max_bytes);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        let text = &text[..end];
+        let text = head_bytes(text, max_bytes);
         let encoding = self
             .splitter
             .encode(text, false)
@@ -803,13 +810,10 @@ mod tests {
             .iter()
             .map(|t| model.tokenizer.encode(*t, true).unwrap())
             .collect();
-        let (ids, mask) = padded(&encodings.iter().collect::<Vec<_>>()).unwrap();
-        let batched = model.pool.install(|| {
-            model
-                .model
-                .forward(&ids, &ids.zeros_like().unwrap(), &mask)
-                .unwrap()
-        });
+        let (ids, types, mask) = padded(&encodings.iter().collect::<Vec<_>>()).unwrap();
+        let batched = model
+            .pool
+            .install(|| model.model.forward(&ids, &types, &mask).unwrap());
         for (i, e) in encodings.iter().enumerate() {
             let n = e.get_ids().len();
             let alone_ids = Tensor::new(e.get_ids(), &Device::Cpu)

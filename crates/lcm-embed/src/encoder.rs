@@ -160,7 +160,7 @@ impl Activation {
 }
 
 /// A dense layer `x · Wᵀ + b` (see the module doc for its two ways of computing).
-struct Linear {
+pub(crate) struct Linear {
     /// `(out, in)`, contiguous, f32, on the CPU.
     weight: Tensor,
     bias: Tensor,
@@ -170,7 +170,7 @@ struct Linear {
 }
 
 impl Linear {
-    fn load(inputs: usize, outputs: usize, vb: VarBuilder) -> Result<Linear> {
+    pub(crate) fn load(inputs: usize, outputs: usize, vb: VarBuilder) -> Result<Linear> {
         let weight = vb.get((outputs, inputs), "weight")?.contiguous()?;
         let bias = vb.get(outputs, "bias")?;
         Ok(Linear {
@@ -182,7 +182,7 @@ impl Linear {
         })
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut dims = x.dims().to_vec();
         let rows = x.elem_count() / self.inputs;
         let flat = x.reshape((rows, self.inputs))?;

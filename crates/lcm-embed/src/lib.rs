@@ -9,6 +9,8 @@
 //!
 //! - [`Embedder`]: load, [`Embedder::embed`] texts in batches, [`Embedder::chunks`] to cut a
 //!   long text into pieces the model reads whole.
+//! - [`Reranker`]: a cross-encoder (BERT with a one-logit head) that scores a query and each
+//!   of a few passages read together, to reorder the first hits of a search.
 //!
 //! Architecture invariant: this crate knows models, not lcm's data: it takes text and returns
 //! vectors; the index that keeps them is `lcm-search`'s.
@@ -18,5 +20,7 @@
 mod embedder;
 mod encoder;
 mod kernels;
+mod reranker;
 
 pub use embedder::{EmbedError, EmbedOptions, Embedder, HEAD_BYTES_PER_TOKEN, MAX_CHUNKED_BYTES};
+pub use reranker::{RerankOptions, Reranker};

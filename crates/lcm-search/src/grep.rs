@@ -200,6 +200,9 @@ pub enum Strategy {
     Semantic,
     /// BM25 and the vector index, fused.
     Hybrid,
+    /// BM25 and the vector index, fused, the first hits reordered with the reranker's scores
+    /// (`[embeddings] reranker_dir`).
+    HybridReranked,
 }
 
 /// One page of hits.

@@ -20,6 +20,14 @@
 //! that holds the answer is the one the words or the meaning found less well. Only
 //! candidates lift each other, so the scope (which chose them) still decides what can be a
 //! hit.
+//!
+//! **Reranking.** With a cross-encoder configured (`[embeddings] reranker_dir`), the first
+//! `rerank_depth` messages of that ranking are read with the query by the reranker, and each
+//! is placed by reciprocal rank fusion of its two ranks, 1 / ([`RERANK_K`] + rank) summed
+//! over the hybrid ranking and the reranker's ([`reranked`]). The cross-encoder tells the turn
+//! that answers from one that only shares the question's words or topic, and the hybrid rank
+//! keeps what it cannot see (the neighbours' lift; a speaker named in the question but not in
+//! the turn). Messages past the depth keep their order after them.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
@@ -41,6 +49,11 @@ pub const POOL: usize = 100;
 /// the module doc). Measured on the LoCoMo development set, any weight from 0.4 to 0.8 finds
 /// about the same; 1 lets a neighbour tie the message that was found.
 pub const NEIGHBOUR_WEIGHT: f32 = 0.5;
+
+/// The constant of the reciprocal rank fusion that places reranked messages (see the module
+/// doc): small, so the first places of either ranking weigh most (the reranker's best is
+/// usually right; its order far down is noise).
+pub const RERANK_K: f32 = 10.0;
 
 /// One fused candidate: a message (or, for summaries, a summary) and its fused score.
 #[derive(Debug, Clone, PartialEq)]
@@ -230,8 +243,25 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         (alone, Strategy::Semantic)
     };
     let reader = store.reader()?;
+    let mut strategy = strategy;
     if hybrid {
         lifted_by_neighbours(&reader, &mut ranked)?;
+        if let Some(depth) = semantic.rerank_depth() {
+            let depth = depth.min(ranked.len());
+            let mut texts = Vec::with_capacity(depth);
+            for f in &ranked[..depth] {
+                texts.push(
+                    reader
+                        .try_message(f.id)?
+                        .map(|m| m.search_text().into_owned())
+                        .unwrap_or_default(),
+                );
+            }
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let scores = semantic.rerank(&request.pattern, &refs)?;
+            reranked(&mut ranked, &scores);
+            strategy = Strategy::HybridReranked;
+        }
     }
     let more = ranked.len() > offset + limit;
     let mut hits = Vec::with_capacity(limit);
@@ -278,6 +308,33 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         strategy,
         not_embedded: Some(end.0.saturating_sub(embedded_below.0)),
     })
+}
+
+/// Places the first `scores.len()` of `ranked` (a hybrid ranking, best first) by reciprocal
+/// rank fusion of their rank there and their rank by `scores` (the reranker's, higher is
+/// better), each given the fused value as its score; the rest keep their order after them (see
+/// the module doc). Ties keep the hybrid order.
+pub fn reranked<K: Clone>(ranked: &mut [Fused<K>], scores: &[f32]) {
+    let depth = scores.len().min(ranked.len());
+    let mut by_reranker: Vec<usize> = (0..depth).collect();
+    by_reranker.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let mut fused = vec![0f32; depth];
+    for (rank, &i) in by_reranker.iter().enumerate() {
+        fused[i] = 1.0 / (RERANK_K + 1.0 + rank as f32) + 1.0 / (RERANK_K + 1.0 + i as f32);
+    }
+    let mut order: Vec<usize> = (0..depth).collect();
+    // Stable: a tie keeps the hybrid order.
+    order.sort_by(|&a, &b| fused[b].total_cmp(&fused[a]));
+    let top: Vec<Fused<K>> = order
+        .iter()
+        .map(|&i| Fused {
+            score: fused[i],
+            ..ranked[i].clone()
+        })
+        .collect();
+    for (slot, f) in ranked.iter_mut().zip(top) {
+        *slot = f;
+    }
 }
 
 /// The words' side of the messages `tail` the words index has not reached (from its
@@ -371,6 +428,39 @@ fn word_match(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hybrid_hit(id: u64) -> Fused<u64> {
+        Fused {
+            id,
+            score: 1.0 / id as f32,
+            by_words: true,
+            chunk: None,
+        }
+    }
+
+    /// The reranker's strong first choice rises above hybrid's first, a message both rank
+    /// well stays near the top, the reranker cannot sink hybrid's first far, and messages past
+    /// the depth keep their places after the reranked ones.
+    #[test]
+    fn reranking_fuses_the_two_ranks_and_leaves_the_rest_in_place() {
+        let mut ranked: Vec<Fused<u64>> = (1..=8).map(hybrid_hit).collect();
+        // The reranker reads the first six: it likes 5 best, then 2, and 1 least.
+        let scores = [-9.0, 4.0, 0.5, 0.0, 7.0, -1.0];
+        reranked(&mut ranked, &scores);
+        let ids: Vec<u64> = ranked.iter().map(|f| f.id).collect();
+        // 5: 1/11 + 1/15 = 0.158; 2: 1/12 + 1/12 = 0.167; 1: 1/11 + 1/16 = 0.153;
+        // 3: 1/13 + 1/13 = 0.154; 4: 1/14 + 1/14 = 0.143; 6: 1/16 + 1/15 = 0.129.
+        assert_eq!(ids, vec![2, 5, 3, 1, 4, 6, 7, 8]);
+        let expected = 2.0 / (RERANK_K + 2.0);
+        assert!((ranked[0].score - expected).abs() < 1e-6);
+        assert!(ranked.windows(2).take(5).all(|w| w[0].score >= w[1].score));
+        // Untouched past the depth, scores too.
+        assert_eq!(ranked[6], hybrid_hit(7));
+        // No scores: nothing moves.
+        let mut same: Vec<Fused<u64>> = (1..=3).map(hybrid_hit).collect();
+        reranked(&mut same, &[]);
+        assert_eq!(same, (1..=3).map(hybrid_hit).collect::<Vec<_>>());
+    }
 
     #[test]
     fn fusion_ranks_by_the_mean_of_rescaled_scores() {

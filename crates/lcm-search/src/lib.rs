@@ -37,7 +37,9 @@ pub mod word_tokens;
 
 pub use data_dir::DataDir;
 pub use grep::{GrepHit, GrepMode, GrepPage, GrepRequest, Scope, Strategy, grep};
-pub use hybrid::{Fused, NEIGHBOUR_WEIGHT, POOL as HYBRID_POOL, fuse, lifted_by_neighbours};
+pub use hybrid::{
+    Fused, NEIGHBOUR_WEIGHT, POOL as HYBRID_POOL, RERANK_K, fuse, lifted_by_neighbours, reranked,
+};
 pub use index::SearchIndex;
 
 /// Trigram plans of a regex ([`lcm_regex::trigram`]).

@@ -26,7 +26,7 @@ use std::sync::{Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 
 use lcm_core::config::EmbeddingsConfig;
 use lcm_core::ids::{MessageId, SessionId, SummaryId};
-use lcm_embed::{EmbedOptions, Embedder};
+use lcm_embed::{EmbedOptions, Embedder, RerankOptions, Reranker};
 use lcm_store::error::{Result, StoreError};
 use lcm_store::records::{RecordReader, RecordSource, RecordView, Step};
 
@@ -85,6 +85,8 @@ pub struct Semantic {
     config: EmbeddingsConfig,
     writable: bool,
     loaded: OnceLock<std::result::Result<Loaded, String>>,
+    /// The cross-encoder of `reranker_dir`, loaded at the first hybrid search that reads it.
+    reranker: OnceLock<std::result::Result<Reranker, String>>,
     /// One catch-up at a time.
     catching_up: Mutex<()>,
     /// The embeddings of the latest queries, newest last: the pages of one search (and the
@@ -111,6 +113,7 @@ impl Semantic {
             config: config.clone(),
             writable,
             loaded: OnceLock::new(),
+            reranker: OnceLock::new(),
             catching_up: Mutex::new(()),
             queries: Mutex::new(VecDeque::new()),
         })
@@ -163,6 +166,36 @@ impl Semantic {
     /// The model, loaded if it was not yet.
     pub fn embedder(&self) -> Result<&Embedder> {
         Ok(&self.loaded()?.embedder)
+    }
+
+    /// Hits of a hybrid search the reranker reads, when one is configured.
+    pub fn rerank_depth(&self) -> Option<usize> {
+        self.config
+            .reranker_dir
+            .as_ref()
+            .map(|_| self.config.rerank_depth)
+    }
+
+    /// The reranker's score of each passage for `query` (see [`Reranker::score`]), loading it
+    /// at the first call; an error when none is configured or it cannot be loaded.
+    pub fn rerank(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
+        let reranker = self.reranker.get_or_init(|| {
+            let dir = self.config.reranker_dir.clone().unwrap_or_default();
+            let options = RerankOptions {
+                threads: self.config.threads,
+                ..RerankOptions::default()
+            };
+            Reranker::load(&dir, options).map_err(|e| {
+                format!(
+                    "the reranker of `[embeddings] reranker_dir` ({}) cannot be loaded: {e}",
+                    dir.display()
+                )
+            })
+        });
+        let reranker = reranker
+            .as_ref()
+            .map_err(|e| StoreError::InvalidQuery(e.clone()))?;
+        reranker.score(query, passages).map_err(model_error)
     }
 
     /// `f` of the messages' vector index, under its read lock.

@@ -3,3 +3,4 @@
 //! disk.
 
 mod model;
+mod rerank;

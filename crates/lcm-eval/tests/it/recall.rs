@@ -230,3 +230,103 @@ fn mpnet_finds_more_by_meaning_than_minilm_on_a_locomo_conversation() {
          full text {words:.3}, semantic {meaning:.3})"
     );
 }
+
+/// ms-marco-MiniLM-L-12-v2 (see `tests/models/ms-marco-MiniLM-L-12-v2.sh`).
+fn reranker_model() -> Option<PathBuf> {
+    model_from(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/models/ms-marco-MiniLM-L-12-v2.sh"),
+    )
+}
+
+/// The reranker end to end, on the first 40 questions of the development set's smallest
+/// conversation (369 turns) with all-MiniLM-L6-v2 and the first 20 hits reranked (a pass of
+/// the cross-encoder each; the whole set takes it most of an hour on two cores): the same data
+/// directory searched in hybrid mode without and with `reranker_dir` puts the evidence
+/// higher with it (MRR), every search says it was reranked, and a reranker directory that
+/// cannot be loaded fails the search with an error naming the option, the data directory
+/// unchanged. On the whole set with all-mpnet-base-v2 and 50 hits reranked: recall@10 0.781
+/// → 0.827, MRR 0.517 → 0.594 (docs/PERFORMANCE.md, "Hybrid recall").
+#[test]
+fn the_reranker_finds_more_of_the_evidence_in_hybrid_search() {
+    let (Some(path), Some(model), Some(reranker)) = (locomo_dev(), embed_model(), reranker_model())
+    else {
+        return;
+    };
+    let mut conversations = locomo::load(&path).unwrap();
+    conversations.retain(|c| c.id == "conv-30");
+    assert_eq!(conversations.len(), 1);
+    conversations[0].questions.truncate(40);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.embeddings.model_dir = Some(model);
+    config.embeddings.rerank_depth = 20;
+    let hybrid_recall = |config: &Config| {
+        let data = DataDir::open(dir.path().join("lcm"), config).unwrap();
+        let imported = recall::import(&data, &conversations, |_, _| {}).unwrap();
+        let report = recall::evaluate(
+            &data,
+            &SearchConfig::default(),
+            &conversations,
+            &imported,
+            &[GrepMode::Hybrid],
+            |_, _| {},
+        )
+        .unwrap();
+        eprintln!("{}", report.to_table());
+        let page = lcm_search::grep(
+            &data.store,
+            &data.index,
+            &SearchConfig::default(),
+            &lcm_search::GrepRequest {
+                pattern: conversations[0].questions[0].question.clone(),
+                mode: GrepMode::Hybrid,
+                scope: lcm_search::Scope::default(),
+                limit: Some(10),
+                cursor: None,
+            },
+        )
+        .unwrap();
+        (report.modes[0].overall.mrr, page)
+    };
+    let (plain, page) = hybrid_recall(&config);
+    assert_eq!(page.strategy, lcm_search::Strategy::Hybrid);
+    config.embeddings.reranker_dir = Some(reranker);
+    let (reranked, page) = hybrid_recall(&config);
+    assert_eq!(page.strategy, lcm_search::Strategy::HybridReranked);
+    assert_eq!(page.hits.len(), 10);
+    assert!(
+        reranked > plain + 0.02,
+        "hybrid MRR with the reranker {reranked:.3}, without {plain:.3}"
+    );
+
+    // A directory that holds no reranker: the search fails naming the option; nothing stored
+    // changed (the same messages, the same recall without it).
+    let broken = tempfile::tempdir().unwrap();
+    config.embeddings.reranker_dir = Some(broken.path().to_path_buf());
+    let data = DataDir::open(dir.path().join("lcm"), &config).unwrap();
+    let before = data.store.next_message_id().unwrap();
+    let err = lcm_search::grep(
+        &data.store,
+        &data.index,
+        &SearchConfig::default(),
+        &lcm_search::GrepRequest {
+            pattern: "camping".into(),
+            mode: GrepMode::Hybrid,
+            scope: lcm_search::Scope::default(),
+            limit: Some(10),
+            cursor: None,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("[embeddings] reranker_dir") && err.contains("config.json"),
+        "{err}"
+    );
+    assert_eq!(data.store.next_message_id().unwrap(), before);
+    drop(data);
+    config.embeddings.reranker_dir = None;
+    let (again, _) = hybrid_recall(&config);
+    assert_eq!(again, plain);
+}
