@@ -84,6 +84,33 @@ pub(crate) fn padded(
     Ok((tensor(ids)?, tensor(types)?, tensor(mask)?))
 }
 
+/// The model weights of `path`, memory-mapped as f32 on the CPU.
+pub(crate) fn mapped_weights(path: &Path) -> Result<VarBuilder<'static>> {
+    // SAFETY: the weights file is mapped read-only for the model's lifetime; lcm never
+    // writes it, and a model directory is not meant to change under a running process.
+    unsafe {
+        VarBuilder::from_mmaped_safetensors(std::slice::from_ref(&path), DType::F32, &Device::Cpu)
+    }
+    .map_err(|e| EmbedError::Invalid {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })
+}
+
+/// The rayon pool a model computes on: `threads` of them (0: one a core), named `name-N`.
+pub(crate) fn compute_pool(threads: usize, name: &'static str) -> Result<rayon::ThreadPool> {
+    let threads = if threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        threads
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("{name}-{i}"))
+        .build()
+        .map_err(|e| EmbedError::Model(format!("cannot start {threads} threads: {e}")))
+}
+
 /// The first `max_bytes` of `text`, cut on a character boundary.
 pub(crate) fn head_bytes(text: &str, max_bytes: usize) -> &str {
     let mut end = text.len().min(max_bytes);
@@ -383,33 +410,12 @@ impl Embedder {
             pooling,
             &document_prompt,
         )?;
-        // SAFETY: the weights file is mapped read-only for the model's lifetime; lcm never
-        // writes it, and a model directory is not meant to change under a running process.
-        let vb = unsafe {
-            VarBuilder::from_mmaped_safetensors(
-                std::slice::from_ref(&weights),
-                DType::F32,
-                &Device::Cpu,
-            )
-        }
-        .map_err(|e| EmbedError::Invalid {
-            path: weights.clone(),
-            detail: e.to_string(),
-        })?;
+        let vb = mapped_weights(&weights)?;
         let model = Encoder::load(vb, &config).map_err(|e| EmbedError::Invalid {
             path: weights.clone(),
             detail: format!("not the weights of the model config.json describes: {e}"),
         })?;
-        let threads = if options.threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            options.threads
-        };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("lcm-embed-{i}"))
-            .build()
-            .map_err(|e| EmbedError::Model(format!("cannot start {threads} threads: {e}")))?;
+        let pool = compute_pool(options.threads, "lcm-embed")?;
         Ok(Embedder {
             model,
             tokenizer,

