@@ -35,6 +35,32 @@ pub(crate) type Reopen = Box<dyn Fn() -> Result<(Database, Arc<AtomicBool>)> + S
 /// How long a reopen after an I/O error waits for the failed database's holders.
 const REOPEN_PATIENCE: Duration = Duration::from_secs(5);
 
+/// How long an open waits for a file found held before it reports [`StoreError::AlreadyOpen`].
+///
+/// The lock of a file this process closed a moment ago can outlive the close: a child process
+/// forked meanwhile by any thread (an agent host running a tool, a test spawning a binary)
+/// shares the closed file's description, and with it the lock, until the child executes its
+/// program. An open in that window finds the file held by nobody that is still running.
+pub(crate) const OPEN_PATIENCE: Duration = Duration::from_secs(1);
+
+/// Calls `open` until it stops failing with [`StoreError::AlreadyOpen`] or `deadline` passes,
+/// and returns its last result.
+pub(crate) fn retry_while_held<T>(
+    deadline: Instant,
+    mut open: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match open() {
+            Err(StoreError::AlreadyOpen(_)) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// An open store file.
 pub(crate) enum Db {
     Writable(Writable),
@@ -131,23 +157,18 @@ impl Writable {
         // redb closes a database only once its write transaction ends: one begun before the
         // failure keeps the file locked until it fails or is dropped, and the open meanwhile
         // finds the file "already open".
-        let (db, failed) = loop {
-            match reopen() {
-                Err(StoreError::AlreadyOpen(_)) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                // The holder is most likely this process's own failed database, which the
-                // caller cannot stop: a failure of the storage, not a conflict to resolve.
-                Err(StoreError::AlreadyOpen(path)) => {
-                    return Err(StoreError::CommitFailed {
-                        detail: format!(
-                            "the store {path} could not be opened again after an I/O error: its file is still held (by a transaction of the failed database, or another process)"
-                        ),
-                        disk_full: false,
-                    });
-                }
-                other => break other?,
+        let (db, failed) = match retry_while_held(deadline, reopen) {
+            // The holder is most likely this process's own failed database, which the
+            // caller cannot stop: a failure of the storage, not a conflict to resolve.
+            Err(StoreError::AlreadyOpen(path)) => {
+                return Err(StoreError::CommitFailed {
+                    detail: format!(
+                        "the store {path} could not be opened again after an I/O error: its file is still held (by a transaction of the failed database, or another process)"
+                    ),
+                    disk_full: false,
+                });
             }
+            other => other?,
         };
         *slot = Some(Handle {
             db: Arc::new(db),

@@ -13,6 +13,7 @@ use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Instant;
 
 use lcm_core::formats::lcm as lcm_format;
 use lcm_core::ids::{MessageId, SessionId};
@@ -23,7 +24,7 @@ use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata, Tabl
 
 use crate::coalesced_file::CoalescedFile;
 use crate::codec;
-use crate::db::{Db, Watched, Writable};
+use crate::db::{Db, OPEN_PATIENCE, Watched, Writable, retry_while_held};
 use crate::error::{Result, StoreError};
 use crate::files::{Appending, FileCandidates, FileRules, FileTables};
 use crate::message_rows::{self, PackWriter};
@@ -224,7 +225,7 @@ impl Store {
                 Err(e) => Err(e.into()),
             }
         };
-        let (db, failed) = open()?;
+        let (db, failed) = retry_while_held(Instant::now() + OPEN_PATIENCE, &open)?;
         Self::init(
             Writable::new(db, failed, Some(Box::new(open))),
             options,
@@ -256,16 +257,19 @@ impl Store {
     /// file with [`StoreError::Io`].
     pub fn open_read_only(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let path = path.as_ref();
-        let db = match Database::builder()
+        let open = || match Database::builder()
             .set_cache_size(options.cache_bytes)
             .open_read_only(path)
         {
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                Err(StoreError::AlreadyOpen(path.display().to_string()))
+            }
+            other => Ok(other),
+        };
+        let db = match retry_while_held(Instant::now() + OPEN_PATIENCE, open)? {
             Ok(db) => db,
             Err(redb::DatabaseError::RepairAborted) => {
                 return Err(StoreError::NeedsRecovery(path.display().to_string()));
-            }
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                return Err(StoreError::AlreadyOpen(path.display().to_string()));
             }
             Err(redb::DatabaseError::Storage(redb::StorageError::Io(source))) => {
                 return Err(StoreError::Io {

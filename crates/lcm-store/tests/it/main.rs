@@ -7,6 +7,7 @@ mod common;
 mod dag;
 mod files;
 mod integrity;
+mod locks;
 mod map_jobs;
 mod migration;
 mod power_loss;
