@@ -27,7 +27,9 @@
 //! over the hybrid ranking and the reranker's ([`reranked`]). The cross-encoder tells the turn
 //! that answers from one that only shares the question's words or topic, and the hybrid rank
 //! keeps what it cannot see (the neighbours' lift; a speaker named in the question but not in
-//! the turn). Messages past the depth keep their order after them.
+//! the turn). Messages past the depth keep their order after them. A long message is read
+//! where it was found ([`passages`]): at the chunk the embeddings matched and at the first
+//! query word, its best score counting; from its start only when neither says where.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
@@ -54,6 +56,10 @@ pub const NEIGHBOUR_WEIGHT: f32 = 0.5;
 /// doc): small, so the first places of either ranking weigh most (the reranker's best is
 /// usually right; its order far down is noise).
 pub const RERANK_K: f32 = 10.0;
+
+/// Bytes of a message's text the reranker reads at most: its 512 word pieces hold about this
+/// much English (the tokenizer cuts the rest), so a longer message is read by a window.
+pub const PASSAGE_BYTES: usize = 2_048;
 
 /// One fused candidate: a message (or, for summaries, a summary) and its fused score.
 #[derive(Debug, Clone, PartialEq)]
@@ -248,17 +254,29 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         lifted_by_neighbours(&reader, &mut ranked)?;
         if let Some(depth) = semantic.rerank_depth() {
             let depth = depth.min(ranked.len());
+            // Each hit's passages, and whose they are: a long hit may be read at two places.
             let mut texts = Vec::with_capacity(depth);
-            for f in &ranked[..depth] {
-                texts.push(
-                    reader
-                        .try_message(f.id)?
-                        .map(|m| m.search_text().into_owned())
-                        .unwrap_or_default(),
-                );
+            let mut owner = Vec::with_capacity(depth);
+            for (i, f) in ranked[..depth].iter().enumerate() {
+                let text = reader
+                    .try_message(f.id)?
+                    .map(|m| m.search_text().into_owned())
+                    .unwrap_or_default();
+                let at_word = if text.len() > PASSAGE_BYTES {
+                    word_match(index, &terms, &text)?.map(|(start, _)| start)
+                } else {
+                    None
+                };
+                for part in passages(&text, f.chunk, at_word) {
+                    texts.push(part.to_owned());
+                    owner.push(i);
+                }
             }
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let scores = semantic.rerank(&request.pattern, &refs)?;
+            let mut scores = vec![f32::NEG_INFINITY; depth];
+            for (&i, score) in owner.iter().zip(semantic.rerank(&request.pattern, &refs)?) {
+                scores[i] = scores[i].max(score);
+            }
             reranked(&mut ranked, &scores);
             strategy = Strategy::HybridReranked;
         }
@@ -335,6 +353,42 @@ pub fn reranked<K: Clone>(ranked: &mut [Fused<K>], scores: &[f32]) {
     for (slot, f) in ranked.iter_mut().zip(top) {
         *slot = f;
     }
+}
+
+/// The parts of a hit's `text` the reranker reads (its score is the best of theirs): the text
+/// itself when it holds at most [`PASSAGE_BYTES`] (or nothing says where to look: its first
+/// 512 pieces are read); else the `chunk` the embeddings matched (byte offsets, as the vector
+/// index keeps them; at most the embedder's `max_tokens` pieces) and the window of
+/// [`PASSAGE_BYTES`] from an eighth of that before the first query word, at byte `at_word`.
+/// Both, as either may be the wrong place: a chunk that only resembles the question, a word
+/// that also appears far from the answer. Without them a long message would be judged by its
+/// first page, however far in the part that was found lies.
+fn passages(text: &str, chunk: Option<(u32, u32)>, at_word: Option<usize>) -> Vec<&str> {
+    if text.len() <= PASSAGE_BYTES {
+        return vec![text];
+    }
+    let window = |start: usize, end: usize| {
+        let start = floor_char_boundary(text, start);
+        &text[start..floor_char_boundary(text, end).max(start)]
+    };
+    let mut out = Vec::with_capacity(2);
+    if let Some((start, end)) = chunk {
+        let part = window(start as usize, end as usize);
+        if !part.trim().is_empty() {
+            out.push(part);
+        }
+    }
+    if let Some(at) = at_word {
+        let start = floor_char_boundary(text, at.saturating_sub(PASSAGE_BYTES / 8));
+        let part = window(start, start + PASSAGE_BYTES);
+        if !out.contains(&part) {
+            out.push(part);
+        }
+    }
+    if out.is_empty() {
+        out.push(text);
+    }
+    out
 }
 
 /// The words' side of the messages `tail` the words index has not reached (from its
@@ -436,6 +490,45 @@ mod tests {
             by_words: true,
             chunk: None,
         }
+    }
+
+    /// A long hit is read where it was found: the matched chunk and a window at the first
+    /// query word; a short one, or one with nothing to say where, whole.
+    #[test]
+    fn the_reranker_reads_a_long_message_where_it_was_found() {
+        let long = format!(
+            "{} the answer is here {}",
+            "é".repeat(3_000),
+            "x".repeat(3_000)
+        );
+        let word = long.find("answer").unwrap();
+        // The chunk the embeddings matched (offsets inside a two-byte character are floored),
+        // and a window of PASSAGE_BYTES from an eighth of that before the word.
+        let chunk = (word as u32 - 6, word as u32 + 14);
+        let both = passages(&long, Some(chunk), Some(word));
+        assert_eq!(both.len(), 2, "{both:?}");
+        assert_eq!(both[0], "é the answer is here");
+        let window = both[1];
+        assert!(window.len() <= PASSAGE_BYTES && window.len() > PASSAGE_BYTES - 4);
+        assert!(window.starts_with('é') && window.ends_with('x'));
+        let before = window.find("answer").unwrap();
+        assert!(
+            (PASSAGE_BYTES / 8..PASSAGE_BYTES / 8 + 4).contains(&before),
+            "{before}"
+        );
+        // Either alone; a blank chunk does not count.
+        assert_eq!(passages(&long, Some(chunk), None), ["é the answer is here"]);
+        assert_eq!(passages(&long, None, Some(word)), [window]);
+        assert_eq!(passages(&long, Some((6001, 6001)), Some(word)), [window]);
+        // A word near the start: the window starts with the text.
+        assert_eq!(passages(&long, None, Some(3)), [&long[..PASSAGE_BYTES]]);
+        // Nothing says where: the text as it is (the tokenizer reads its start).
+        assert_eq!(passages(&long, None, None), [long.as_str()]);
+        // A short text is read whole, whatever matched in it.
+        assert_eq!(
+            passages("short text", Some((6, 10)), Some(6)),
+            ["short text"]
+        );
     }
 
     /// The reranker's strong first choice rises above hybrid's first, a message both rank

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use lcm_core::config::{Config, SearchConfig};
+use lcm_core::message::{NewMessage, Role};
 use lcm_eval::locomo;
 use lcm_eval::recall::{self, KS};
 use lcm_search::{DataDir, GrepMode};
@@ -329,4 +330,99 @@ fn the_reranker_finds_more_of_the_evidence_in_hybrid_search() {
     config.embeddings.reranker_dir = None;
     let (again, _) = hybrid_recall(&config);
     assert_eq!(again, plain);
+}
+
+/// A long message is judged where it was found, not by its first page: a session of short
+/// notes that share the question's words without answering it, and one long log whose answer
+/// lies 20,000 bytes in (past anything the cross-encoder reads of a text from its start). The
+/// reranked hybrid search lifts the log above its place in plain hybrid search; read from its
+/// start (before session 37), the reranker scored it lowest of all and it stayed last.
+#[test]
+fn the_reranker_reads_a_long_message_where_it_was_found() {
+    let (Some(model), Some(reranker)) = (embed_model(), reranker_model()) else {
+        eprintln!("SKIPPED: the embedding model or the reranker is absent (see tests/models)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.embeddings.model_dir = Some(model);
+    let notes = [
+        "Reminder: the staging deploy key should be rotated some day.",
+        "Does anyone know where the staging deploy key lives?",
+        "The staging deploy key docs are out of date.",
+        "I asked about rotating the staging deploy key in standup.",
+        "Staging deploy key: still on the agenda for next week.",
+        "Who owns the staging deploy key? Nobody answered.",
+    ];
+    let mut log = String::new();
+    let mut line = 0;
+    while log.len() < 20_000 {
+        line += 1;
+        log.push_str(&format!(
+            "12:{:02}:{:02} INFO worker-{} heartbeat ok, queue depth {}\n",
+            line / 60 % 60,
+            line % 60,
+            line % 7,
+            line * 13 % 97
+        ));
+    }
+    log.push_str(
+        "12:59:59 WARN Priya rotated the staging deploy key on Tuesday because the old key \
+         leaked in a public CI log.\n",
+    );
+    for line in 0..40 {
+        log.push_str(&format!("13:00:{line:02} INFO worker-3 heartbeat ok\n"));
+    }
+    let long = {
+        let data = DataDir::open(dir.path().join("lcm"), &config).unwrap();
+        let session = data.store.ensure_session("ops").unwrap();
+        for note in notes {
+            data.store
+                .append(session, NewMessage::text(Role::User, note))
+                .unwrap();
+        }
+        let long = data
+            .store
+            .append(session, NewMessage::text(Role::Assistant, log))
+            .unwrap()
+            .id;
+        data.index.catch_up(&data.store, |_, _| {}).unwrap();
+        data.index
+            .semantic()
+            .unwrap()
+            .catch_up_until(&data.store, |_, _| {}, || false)
+            .unwrap();
+        long
+    };
+    let place_of_the_log = |config: &Config| {
+        let data = DataDir::open(dir.path().join("lcm"), config).unwrap();
+        let page = lcm_search::grep(
+            &data.store,
+            &data.index,
+            &SearchConfig::default(),
+            &lcm_search::GrepRequest {
+                pattern: "Who rotated the staging deploy key, and why?".into(),
+                mode: GrepMode::Hybrid,
+                scope: lcm_search::Scope::default(),
+                limit: Some(7),
+                cursor: None,
+            },
+        )
+        .unwrap();
+        let order: Vec<_> = page.hits.iter().map(|h| h.message).collect();
+        assert_eq!(order.len(), 7, "{order:?}");
+        let place = order.iter().position(|&m| m == long).unwrap();
+        (place, page.strategy)
+    };
+    let (plain, strategy) = place_of_the_log(&config);
+    assert_eq!(strategy, lcm_search::Strategy::Hybrid);
+    config.embeddings.reranker_dir = Some(reranker);
+    let (reranked, strategy) = place_of_the_log(&config);
+    assert_eq!(strategy, lcm_search::Strategy::HybridReranked);
+    assert!(
+        reranked + 2 <= plain,
+        "the log is hit {} reranked, {} without",
+        reranked + 1,
+        plain + 1
+    );
 }
