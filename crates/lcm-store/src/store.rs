@@ -189,12 +189,6 @@ impl Store {
         options: StoreOptions,
         wrap: impl Fn(CoalescedFile) -> B + Send + Sync + 'static,
     ) -> Result<Store> {
-        if reset_interrupted_creation(path).map_err(|source| StoreError::Io {
-            path: path.display().to_string(),
-            source,
-        })? {
-            tracing::warn!(path = %path.display(), "the store's creation was interrupted (nothing was ever stored in it); creating it again");
-        }
         let owned = path.to_path_buf();
         let cache_bytes = options.cache_bytes;
         // Also how the database is opened again after an I/O error (see `crate::db`).
@@ -225,7 +219,27 @@ impl Store {
                 Err(e) => Err(e.into()),
             }
         };
-        let (db, failed) = retry_while_held(Instant::now() + OPEN_PATIENCE, &open)?;
+        // The check for an interrupted creation is retried with the open: a file held for a
+        // moment (see `OPEN_PATIENCE`) is checked once it is free, not skipped.
+        let first_open = || {
+            match reset_interrupted_creation(path) {
+                Ok(true) => {
+                    tracing::warn!(path = %path.display(), "the store's creation was interrupted (nothing was ever stored in it); creating it again");
+                }
+                Ok(false) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    return Err(StoreError::AlreadyOpen(path.display().to_string()));
+                }
+                Err(source) => {
+                    return Err(StoreError::Io {
+                        path: path.display().to_string(),
+                        source,
+                    });
+                }
+            }
+            open()
+        };
+        let (db, failed) = retry_while_held(Instant::now() + OPEN_PATIENCE, first_open)?;
         Self::init(
             Writable::new(db, failed, Some(Box::new(open))),
             options,
@@ -1373,8 +1387,9 @@ const REDB_HEADER_PAGE: u64 = 4096;
 /// it. Such a file (zeros where the magic number goes, and nothing but zeros after the header
 /// page) holds nothing: it is emptied, and redb then creates the store. Any other file is left
 /// as it is. Checked under an exclusive lock: a process creating the file holds one (redb's
-/// whole-file lock), and its half-made file is then left alone. Costs one read of a few bytes
-/// when the file has its magic number (every store but an interrupted one).
+/// whole-file lock), and its half-made file is then left alone: a file locked elsewhere is an
+/// error of kind `WouldBlock`. Costs one read of a few bytes when the file has its magic
+/// number (every store but an interrupted one).
 fn reset_interrupted_creation(path: &Path) -> std::io::Result<bool> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = match std::fs::OpenOptions::new()
@@ -1389,7 +1404,9 @@ fn reset_interrupted_creation(path: &Path) -> std::io::Result<bool> {
     };
     match file.try_lock() {
         Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
         Err(std::fs::TryLockError::Error(e)) => return Err(e),
     }
     let len = file.metadata()?.len();
@@ -1445,6 +1462,31 @@ mod tests {
         std::fs::write(&foreign, &bytes).unwrap();
         assert!(Store::open(&foreign, options()).is_err());
         assert_eq!(std::fs::read(&foreign).unwrap(), bytes);
+    }
+
+    /// An interrupted file held for a moment (by a child process forked while this process had
+    /// it open, say) is checked once it is free, not skipped: skipped, redb would refuse it
+    /// for ever as "not a redb database".
+    #[test]
+    fn an_interrupted_creation_held_for_a_moment_is_reset_once_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let interrupted = dir.path().join("interrupted.redb");
+        let mut bytes = vec![0u8; 1 << 20];
+        bytes[REDB_MAGIC_LEN..64].fill(7);
+        std::fs::write(&interrupted, &bytes).unwrap();
+        let holder = std::fs::File::open(&interrupted).unwrap();
+        holder.lock().unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            drop(holder);
+        });
+        let store = Store::open(&interrupted, options()).unwrap();
+        release.join().unwrap();
+        let session = store.create_session("s", None).unwrap();
+        store
+            .append(session, NewMessage::text(Role::User, "stored"))
+            .unwrap();
+        assert_eq!(store.stats().unwrap().messages, 1);
     }
 
     /// An append encodes its records before the transaction assigns their sequence numbers
