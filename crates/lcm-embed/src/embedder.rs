@@ -84,6 +84,25 @@ pub(crate) fn padded(
     Ok((tensor(ids)?, tensor(types)?, tensor(mask)?))
 }
 
+/// `forward` of `encodings` in batches of `batch_size` taken by length (so a batch pads
+/// little), its results put back in the order of `encodings`.
+pub(crate) fn in_length_batches<'e, T: Default + Clone>(
+    encodings: &'e [tokenizers::Encoding],
+    batch_size: usize,
+    mut forward: impl FnMut(Vec<&'e tokenizers::Encoding>) -> Result<Vec<T>>,
+) -> Result<Vec<T>> {
+    let mut order: Vec<usize> = (0..encodings.len()).collect();
+    order.sort_by_key(|&i| encodings[i].get_ids().len());
+    let mut out = vec![T::default(); encodings.len()];
+    for batch in order.chunks(batch_size) {
+        let results = forward(batch.iter().map(|&i| &encodings[i]).collect())?;
+        for (&i, result) in batch.iter().zip(results) {
+            out[i] = result;
+        }
+    }
+    Ok(out)
+}
+
 /// The model weights of `path`, memory-mapped as f32 on the CPU.
 pub(crate) fn mapped_weights(path: &Path) -> Result<VarBuilder<'static>> {
     // SAFETY: the weights file is mapped read-only for the model's lifetime; lcm never
@@ -503,16 +522,7 @@ impl Embedder {
             .tokenizer
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| encodings[i].get_ids().len());
-        let mut out = vec![Vec::new(); texts.len()];
-        for batch in order.chunks(self.batch_size) {
-            let vectors = self.forward(batch.iter().map(|&i| &encodings[i]).collect())?;
-            for (&i, v) in batch.iter().zip(vectors) {
-                out[i] = v;
-            }
-        }
-        Ok(out)
+        in_length_batches(&encodings, self.batch_size, |batch| self.forward(batch))
     }
 
     fn forward(&self, batch: Vec<&tokenizers::Encoding>) -> Result<Vec<Vec<f32>>> {

@@ -22,8 +22,8 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::embedder::{
-    EmbedError, HEAD_BYTES_PER_TOKEN, compute_pool, head_bytes, mapped_weights, model_error,
-    padded, parse, read,
+    EmbedError, HEAD_BYTES_PER_TOKEN, compute_pool, head_bytes, in_length_batches, mapped_weights,
+    model_error, padded, parse, read,
 };
 use crate::encoder::{Config as EncoderConfig, Encoder, Family, Linear};
 
@@ -178,17 +178,7 @@ impl Reranker {
             .tokenizer
             .encode_batch(pairs, true)
             .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
-        // By length, so a batch pads little.
-        let mut order: Vec<usize> = (0..passages.len()).collect();
-        order.sort_by_key(|&i| encodings[i].get_ids().len());
-        let mut out = vec![0f32; passages.len()];
-        for batch in order.chunks(self.batch_size) {
-            let scores = self.forward(batch.iter().map(|&i| &encodings[i]).collect())?;
-            for (&i, s) in batch.iter().zip(scores) {
-                out[i] = s;
-            }
-        }
-        Ok(out)
+        in_length_batches(&encodings, self.batch_size, |batch| self.forward(batch))
     }
 
     fn forward(&self, batch: Vec<&tokenizers::Encoding>) -> Result<Vec<f32>> {

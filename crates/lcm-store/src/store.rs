@@ -271,28 +271,24 @@ impl Store {
     /// file with [`StoreError::Io`].
     pub fn open_read_only(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let path = path.as_ref();
-        let open = || match Database::builder()
-            .set_cache_size(options.cache_bytes)
-            .open_read_only(path)
-        {
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                Err(StoreError::AlreadyOpen(path.display().to_string()))
-            }
-            other => Ok(other),
+        let shown = || path.display().to_string();
+        let open = || {
+            Database::builder()
+                .set_cache_size(options.cache_bytes)
+                .open_read_only(path)
+                .map_err(|e| match e {
+                    redb::DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen(shown()),
+                    redb::DatabaseError::RepairAborted => StoreError::NeedsRecovery(shown()),
+                    redb::DatabaseError::Storage(redb::StorageError::Io(source)) => {
+                        StoreError::Io {
+                            path: shown(),
+                            source,
+                        }
+                    }
+                    e => e.into(),
+                })
         };
-        let db = match retry_while_held(Instant::now() + OPEN_PATIENCE, open)? {
-            Ok(db) => db,
-            Err(redb::DatabaseError::RepairAborted) => {
-                return Err(StoreError::NeedsRecovery(path.display().to_string()));
-            }
-            Err(redb::DatabaseError::Storage(redb::StorageError::Io(source))) => {
-                return Err(StoreError::Io {
-                    path: path.display().to_string(),
-                    source,
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let db = retry_while_held(Instant::now() + OPEN_PATIENCE, open)?;
         let db = Db::ReadOnly(db);
         match Self::layout(&db)? {
             Layout::Current => {}
