@@ -177,7 +177,7 @@ fn next_cut(text: &str) -> usize {
         // Still bound the longest space-free run in this final piece.
         return forced_cut(text).unwrap_or(text.len());
     }
-    if let Some(cut) = forced_cut(&text[..floor_char_boundary(text, CHUNK_BYTES)]) {
+    if let Some(cut) = forced_cut(&text[..text.floor_char_boundary(CHUNK_BYTES)]) {
         return cut;
     }
     // The last " " preceded by a non-whitespace character, at or before CHUNK_BYTES.
@@ -189,7 +189,7 @@ fn next_cut(text: &str) -> usize {
         }
         i -= 1;
     }
-    floor_char_boundary(text, CHUNK_BYTES)
+    text.floor_char_boundary(CHUNK_BYTES)
 }
 
 /// If `text` holds a run of more than MAX_RUN_WITHOUT_SPACE bytes without ASCII whitespace, the
@@ -200,30 +200,16 @@ fn forced_cut(text: &str) -> Option<usize> {
         if b.is_ascii_whitespace() {
             run_start = i + 1;
         } else if i - run_start >= MAX_RUN_WITHOUT_SPACE {
-            let cut = floor_char_boundary(text, i);
+            let cut = text.floor_char_boundary(i);
             // A cut at the start would make no progress; a multi-byte char is at most 4 bytes.
             return Some(if cut == 0 {
-                ceil_char_boundary(text, 1)
+                text.ceil_char_boundary(1)
             } else {
                 cut
             });
         }
     }
     None
-}
-
-fn floor_char_boundary(text: &str, mut index: usize) -> usize {
-    while index > 0 && !text.is_char_boundary(index) {
-        index -= 1;
-    }
-    index
-}
-
-fn ceil_char_boundary(text: &str, mut index: usize) -> usize {
-    while index < text.len() && !text.is_char_boundary(index) {
-        index += 1;
-    }
-    index
 }
 
 #[cfg(test)]

@@ -132,11 +132,7 @@ pub(crate) fn compute_pool(threads: usize, name: &'static str) -> Result<rayon::
 
 /// The first `max_bytes` of `text`, cut on a character boundary.
 pub(crate) fn head_bytes(text: &str, max_bytes: usize) -> &str {
-    let mut end = text.len().min(max_bytes);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    &text[..text.floor_char_boundary(max_bytes)]
 }
 
 pub(crate) fn model_error(e: candle_core::Error) -> EmbedError {

@@ -88,14 +88,7 @@ pub(crate) fn line_count(bytes: &[u8]) -> usize {
 
 /// The longest prefix of `s` of at most `max` bytes that ends at a char boundary.
 pub(crate) fn prefix(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    &s[..s.floor_char_boundary(max)]
 }
 
 /// [`prefix`], then back to the end of the last complete line when there is one.

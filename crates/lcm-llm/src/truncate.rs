@@ -51,24 +51,6 @@ fn marker(total: usize, budget: usize, cut: usize) -> String {
     )
 }
 
-/// The largest char boundary at or below `index`.
-fn floor_boundary(text: &str, index: usize) -> usize {
-    let mut index = index.min(text.len());
-    while !text.is_char_boundary(index) {
-        index -= 1;
-    }
-    index
-}
-
-/// The smallest char boundary at or above `index`.
-fn ceil_boundary(text: &str, index: usize) -> usize {
-    let mut index = index.min(text.len());
-    while !text.is_char_boundary(index) {
-        index += 1;
-    }
-    index
-}
-
 /// The end of a prefix of `text` of at most `max_tokens` tokens, as long as a search finds,
 /// preferring to end at whitespace. Costs O(prefix x log) tokenisation, not O(text).
 pub(crate) fn fit_prefix(counter: &TokenCounter, text: &str, max_tokens: usize) -> usize {
@@ -77,7 +59,7 @@ pub(crate) fn fit_prefix(counter: &TokenCounter, text: &str, max_tokens: usize) 
     }
     let fits = |end: usize| counter.count_text(&text[..end]) <= max_tokens;
     // Every token covers at least one byte, so `max_tokens` bytes always fit.
-    let mut lo = floor_boundary(text, max_tokens);
+    let mut lo = text.floor_char_boundary(max_tokens);
     // Grow until a prefix does not fit (or the whole text does).
     let mut hi = lo;
     loop {
@@ -87,7 +69,7 @@ pub(crate) fn fit_prefix(counter: &TokenCounter, text: &str, max_tokens: usize) 
             }
             break;
         }
-        let next = ceil_boundary(text, hi.saturating_mul(2).max(hi + 1));
+        let next = text.ceil_char_boundary(hi.saturating_mul(2).max(hi + 1));
         if fits(next) {
             lo = next;
             hi = next;
@@ -98,7 +80,7 @@ pub(crate) fn fit_prefix(counter: &TokenCounter, text: &str, max_tokens: usize) 
     }
     // Invariant: `lo` fits, `hi` does not.
     while hi - lo > 1 {
-        let mid = floor_boundary(text, lo + (hi - lo) / 2);
+        let mid = text.floor_char_boundary(lo + (hi - lo) / 2);
         if mid <= lo {
             break;
         }
@@ -119,7 +101,7 @@ pub(crate) fn fit_suffix(counter: &TokenCounter, text: &str, max_tokens: usize) 
     }
     let fits = |start: usize| counter.count_text(&text[start..]) <= max_tokens;
     // Suffix lengths: `lo` fits, `hi` does not.
-    let mut lo = len - ceil_boundary(text, len.saturating_sub(max_tokens));
+    let mut lo = len - text.ceil_char_boundary(len.saturating_sub(max_tokens));
     let mut hi = lo;
     loop {
         if hi == len {
@@ -128,7 +110,8 @@ pub(crate) fn fit_suffix(counter: &TokenCounter, text: &str, max_tokens: usize) 
             }
             break;
         }
-        let next = len - floor_boundary(text, len.saturating_sub(hi.saturating_mul(2).max(hi + 1)));
+        let next =
+            len - text.floor_char_boundary(len.saturating_sub(hi.saturating_mul(2).max(hi + 1)));
         if fits(len - next) {
             lo = next;
             hi = next;
@@ -138,7 +121,7 @@ pub(crate) fn fit_suffix(counter: &TokenCounter, text: &str, max_tokens: usize) 
         }
     }
     while hi - lo > 1 {
-        let mid = len - ceil_boundary(text, len - (lo + (hi - lo) / 2));
+        let mid = len - text.ceil_char_boundary(len - (lo + (hi - lo) / 2));
         if mid <= lo {
             break;
         }
@@ -157,7 +140,7 @@ fn prefer_whitespace_end(text: &str, end: usize) -> usize {
     if end == text.len() {
         return end;
     }
-    let window_start = floor_boundary(text, end.saturating_sub(64));
+    let window_start = text.floor_char_boundary(end.saturating_sub(64));
     match text[window_start..end].rfind(char::is_whitespace) {
         Some(offset) if window_start + offset > 0 => window_start + offset,
         _ => end,
@@ -169,7 +152,7 @@ fn prefer_whitespace_start(text: &str, start: usize) -> usize {
     if start == 0 {
         return start;
     }
-    let window_end = ceil_boundary(text, start.saturating_add(64));
+    let window_end = text.ceil_char_boundary(start.saturating_add(64));
     match text[start..window_end].find(char::is_whitespace) {
         Some(offset) => start + offset,
         None => start,

@@ -298,8 +298,8 @@ pub(crate) fn ranked_by_meaning<S: RecordSource>(
         } else {
             chunk_start
         };
-        let start = floor_char_boundary(&text, start);
-        let end = floor_char_boundary(&text, end.max(start));
+        let start = text.floor_char_boundary(start);
+        let end = text.floor_char_boundary(end.max(start));
         let mut found_by = Vec::with_capacity(2);
         if f.by_words {
             found_by.push(GrepMode::FullText);
@@ -368,8 +368,8 @@ fn passages(text: &str, chunk: Option<(u32, u32)>, at_word: Option<usize>) -> Ve
         return vec![text];
     }
     let window = |start: usize, end: usize| {
-        let start = floor_char_boundary(text, start);
-        &text[start..floor_char_boundary(text, end).max(start)]
+        let start = text.floor_char_boundary(start);
+        &text[start..text.floor_char_boundary(end).max(start)]
     };
     let mut out = Vec::with_capacity(2);
     if let Some((start, end)) = chunk {
@@ -379,7 +379,7 @@ fn passages(text: &str, chunk: Option<(u32, u32)>, at_word: Option<usize>) -> Ve
         }
     }
     if let Some(at) = at_word {
-        let start = floor_char_boundary(text, at.saturating_sub(PASSAGE_BYTES / 8));
+        let start = text.floor_char_boundary(at.saturating_sub(PASSAGE_BYTES / 8));
         let part = window(start, start + PASSAGE_BYTES);
         if !out.contains(&part) {
             out.push(part);
@@ -442,14 +442,6 @@ fn words_tail<S: RecordSource>(
         .enumerate()
         .map(|(rank, (id, _))| (id, at_rank(rank)))
         .collect())
-}
-
-fn floor_char_boundary(text: &str, mut i: usize) -> usize {
-    i = i.min(text.len());
-    while !text.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 /// The query's words, as the words index cuts them.

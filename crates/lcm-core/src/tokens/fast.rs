@@ -662,10 +662,7 @@ fn encode_len(bpe: &CoreBPE, piece: &str) -> usize {
     let mut rest = piece;
     let mut total = 0;
     while rest.len() > MAX_PIECE {
-        let mut cut = MAX_PIECE;
-        while !rest.is_char_boundary(cut) {
-            cut -= 1;
-        }
+        let cut = rest.floor_char_boundary(MAX_PIECE);
         let (slice, tail) = rest.split_at(cut);
         total += bpe.encode_ordinary(slice).len();
         rest = tail;

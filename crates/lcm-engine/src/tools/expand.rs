@@ -18,8 +18,7 @@ use serde_json::{Value, json};
 use super::error::ToolError;
 use super::registry::{Caller, Tool, ToolContext, ToolDefinition};
 use super::util::{
-    blocking, fingerprint, floor_char_boundary, parse_args, parse_id, prefix_within_tokens,
-    render_parts, store_err,
+    blocking, fingerprint, parse_args, parse_id, prefix_within_tokens, render_parts, store_err,
 };
 
 const NAME: &str = "lcm_expand";
@@ -182,7 +181,7 @@ impl Page {
         offset: usize,
         stored: usize,
     ) -> Step {
-        let offset = floor_char_boundary(content, offset);
+        let offset = content.floor_char_boundary(offset);
         let rest = &content[offset..];
         let whole = if offset == 0 {
             stored

@@ -231,7 +231,7 @@ fn read(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             continue;
         }
         let shown: &str = if line.len() > MAX_PAGE_BYTES {
-            &line[..super::util::floor_char_boundary(line, MAX_PAGE_BYTES)]
+            &line[..line.floor_char_boundary(MAX_PAGE_BYTES)]
         } else {
             line
         };

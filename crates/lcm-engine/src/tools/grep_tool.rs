@@ -28,8 +28,8 @@ use serde_json::{Map, Value, json};
 use super::error::ToolError;
 use super::registry::{Tool, ToolContext, ToolDefinition};
 use super::util::{
-    Region, RegionFinder, blocking, fingerprint, floor_char_boundary, json_tokens, parse_args,
-    parse_id, parse_time, prefix_within_tokens, resolve_session, root_session, store_err,
+    Region, RegionFinder, blocking, fingerprint, json_tokens, parse_args, parse_id, parse_time,
+    prefix_within_tokens, resolve_session, root_session, store_err,
 };
 
 const NAME: &str = "lcm_grep";
@@ -616,7 +616,9 @@ fn ranked_summary_hits(
         let (snippet, matches) = match found {
             Some(found) => (found.snippet, found.matches),
             None => {
-                let start = floor_char_boundary(&s.content, f.chunk.map_or(0, |c| c.0 as usize));
+                let start = s
+                    .content
+                    .floor_char_boundary(f.chunk.map_or(0, |c| c.0 as usize));
                 (
                     lcm_search::grep::snippet(&s.content, start, start, plan.snippet_chars),
                     0,

@@ -140,17 +140,17 @@ pub(crate) fn prefix_within_tokens(counter: TokenCounter, text: &str, tokens: us
     let fits = |n: usize| counter.count_text(&text[..n]) <= tokens;
     // Grow an upper bound from an estimate, then bisect between the last fit and it.
     let mut lo = 0usize;
-    let mut hi = floor_char_boundary(text, (tokens.max(1) * 4).min(text.len()));
+    let mut hi = text.floor_char_boundary((tokens.max(1) * 4).min(text.len()));
     while hi < text.len() && fits(hi) {
         lo = hi;
-        hi = floor_char_boundary(text, (hi * 2).min(text.len()));
+        hi = text.floor_char_boundary((hi * 2).min(text.len()));
         if hi <= lo {
             hi = text.len();
         }
     }
     // Invariant: fits(lo), !fits(hi) (or hi == text.len(), which does not fit).
     while hi - lo > 1 {
-        let mid = floor_char_boundary(text, lo + (hi - lo) / 2);
+        let mid = text.floor_char_boundary(lo + (hi - lo) / 2);
         if mid <= lo {
             break;
         }
@@ -168,15 +168,6 @@ pub(crate) fn prefix_within_tokens(counter: TokenCounter, text: &str, tokens: us
         return tail_start + sp + 1;
     }
     lo
-}
-
-/// The largest char boundary `<= at`.
-pub(crate) fn floor_char_boundary(text: &str, at: usize) -> usize {
-    let mut at = at.min(text.len());
-    while at > 0 && !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
 }
 
 /// Tokens of a JSON value as sent to a model (compact serialisation).
