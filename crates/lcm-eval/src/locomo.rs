@@ -154,7 +154,10 @@ fn conversation(index: usize, item: &Value) -> std::result::Result<Conversation,
         let mut turns = Vec::with_capacity(raw_turns.len());
         for (t, raw) in raw_turns.iter().enumerate() {
             let field = |name: &str| raw.get(name).and_then(Value::as_str).map(str::to_string);
-            let (Some(speaker), Some(dia_id)) = (field("speaker"), field("dia_id")) else {
+            let (Some(speaker), Some(dia_id)) = (
+                field("speaker"),
+                field("dia_id").map(|d| canonical_dia_id(&d)),
+            ) else {
                 return Err((
                     at(&format!("{key}[{t}]")),
                     "a turn needs `speaker` and `dia_id` strings".into(),
@@ -229,19 +232,38 @@ fn question(raw: &Value) -> std::result::Result<Question, String> {
 }
 
 /// The `dia_id`s an evidence entry names. The published files hold a few irregular entries
-/// (`"D8:6; D9:17"`, two in one; `"D:11:26"`): several ids are split on `;`, `,` and spaces,
-/// and an id of the shape `D:N:M` reads as `DN:M`. Anything else is kept as written (and
-/// reported as unknown if no turn has it).
+/// (`"D8:6; D9:17"` and `"D9:1 D4:4"`, several in one; `"D:11:26"`; `"D30:05"`): several ids
+/// are split on `;`, `,` and spaces, and each is read by [`canonical_dia_id`]. Anything else
+/// is kept as written (and reported as unknown if no turn has it).
 pub fn normalise_evidence(entry: &str) -> Vec<String> {
     entry
         .split([';', ',', ' '])
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|id| match id.strip_prefix("D:") {
-            Some(rest) if rest.split(':').count() == 2 => format!("D{rest}"),
-            _ => id.to_string(),
-        })
+        .map(canonical_dia_id)
         .collect()
+}
+
+/// A `dia_id` in the one form turns and evidence are compared in: `D:N:M` reads as `DN:M`,
+/// and leading zeros of the two numbers go (`D30:05` is `D30:5`). An id of another shape is
+/// kept as written.
+pub fn canonical_dia_id(id: &str) -> String {
+    let id = id.trim();
+    let body = id.strip_prefix("D:").or_else(|| id.strip_prefix('D'));
+    // Digits only: `str::parse` would also take a leading `+`.
+    let number = |n: &str| {
+        n.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| n.parse::<u64>().ok())
+            .flatten()
+    };
+    let numbers = body
+        .and_then(|b| b.split_once(':'))
+        .and_then(|(s, t)| Some((number(s)?, number(t)?)));
+    match numbers {
+        Some((session, turn)) => format!("D{session}:{turn}"),
+        None => id.to_string(),
+    }
 }
 
 /// Reads a LoCoMo session date (`1:56 pm on 8 May, 2023`) as UTC.
@@ -339,6 +361,12 @@ mod tests {
         assert_eq!(normalise_evidence("D8:6; D9:17"), ["D8:6", "D9:17"]);
         assert_eq!(normalise_evidence("D:11:26"), ["D11:26"]);
         assert_eq!(normalise_evidence(" D1:3 "), ["D1:3"]);
+        assert_eq!(normalise_evidence("D9:1 D4:4"), ["D9:1", "D4:4"]);
+        assert_eq!(normalise_evidence("D30:05"), ["D30:5"]);
+        assert_eq!(normalise_evidence("D:011:026"), ["D11:26"]);
+        assert_eq!(normalise_evidence("D1:0"), ["D1:0"]);
+        assert_eq!(normalise_evidence("D1:x"), ["D1:x"]);
+        assert_eq!(normalise_evidence("D:1"), ["D:1"]);
         assert_eq!(normalise_evidence("D"), ["D"]);
         assert!(normalise_evidence("").is_empty());
     }
@@ -406,5 +434,36 @@ mod tests {
             panic!("text part")
         };
         assert_eq!(text, "Ann: hi [shares an image: a cat]");
+    }
+
+    #[test]
+    fn a_turn_and_its_evidence_meet_however_their_numbers_are_padded() {
+        let conversations = parse(
+            br#"[{"sample_id":"c","conversation":{"speaker_a":"Ann","speaker_b":"Bo",
+                "session_1":[{"speaker":"Ann","dia_id":"D1:01","text":"hi"},
+                             {"speaker":"Bo","dia_id":"D1:2","text":"hello"}]},
+                "qa":[{"question":"q?","evidence":["D1:1","D1:02"],"category":4}]}]"#,
+            "x",
+        )
+        .unwrap();
+        let c = &conversations[0];
+        let turns = c.dia_ids();
+        assert_eq!(turns, HashSet::from(["D1:1", "D1:2"]));
+        assert!(
+            c.questions[0]
+                .evidence
+                .iter()
+                .all(|e| turns.contains(e.as_str()))
+        );
+        // Two spellings of one turn are one turn twice.
+        let err = parse(
+            br#"[{"conversation":{"speaker_a":"A","speaker_b":"B",
+                "session_1":[{"speaker":"A","dia_id":"D1:1","text":"x"},
+                             {"speaker":"B","dia_id":"D1:001","text":"y"}]}}]"#,
+            "x",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("`D1:1` twice"), "{err}");
     }
 }
