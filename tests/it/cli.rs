@@ -962,6 +962,49 @@ fn eval_recall_scores_a_locomo_file_without_touching_the_data_directory() {
     );
     assert!(!regex.status.success());
     assert!(String::from_utf8_lossy(&regex.stderr).contains("not regex"));
+
+    // Several files are measured together: here a second conversation as the multimodal-dialog
+    // release ships one (its body at the top level, its id the file's name).
+    let second = tmp.path().join("27.json");
+    std::fs::write(
+        &second,
+        r#"{"speaker_a": "Cy", "speaker_b": "Di",
+            "session_1": [{"speaker": "Cy", "dia_id": "D1:1", "text": "My kayak is called Heron."}],
+            "qa": [{"question": "What is the kayak called?", "evidence": ["D1:01"], "category": 4}]}"#,
+    )
+    .unwrap();
+    let both = json(&lcm(
+        &data_dir,
+        &[
+            "eval",
+            "recall",
+            file.to_str().unwrap(),
+            second.to_str().unwrap(),
+            "--json",
+            "-q",
+        ],
+    ));
+    let mode = &both["modes"][0];
+    assert_eq!(mode["overall"]["questions"], 3, "{both}");
+    // The kayak question finds its turn (its evidence written `D1:01`) first.
+    assert!((mode["overall"]["recall_at"][0].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9);
+    // The same file twice would import one conversation twice: refused, saying why.
+    let twice = lcm(
+        &data_dir,
+        &[
+            "eval",
+            "recall",
+            file.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(!twice.status.success());
+    assert!(
+        String::from_utf8_lossy(&twice.stderr).contains("already used in"),
+        "{}",
+        String::from_utf8_lossy(&twice.stderr)
+    );
+    assert!(!data_dir.exists(), "the --data-dir is not the evaluation's");
 }
 
 /// `lcm eval run` generates needle tasks from the TREC set, compacts each session, answers with

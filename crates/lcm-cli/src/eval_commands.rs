@@ -201,8 +201,10 @@ fn parse_tokens(text: &str, too_short: &str) -> std::result::Result<u64, String>
 
 #[derive(Debug, Args)]
 pub struct RecallArgs {
-    /// A LoCoMo-format JSON file (conversations with `qa` and `evidence`).
-    pub file: PathBuf,
+    /// LoCoMo-format JSON files (conversations with `qa` and `evidence`: `locomo10.json`, or
+    /// the multimodal-dialog release's file per conversation), measured together.
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
     /// A search mode to measure (repeatable). Default: full-text, and semantic and hybrid when
     /// an embedding model is configured (`[embeddings] model_dir`).
     #[arg(long = "mode", value_enum)]
@@ -338,7 +340,7 @@ fn recall_cmd(app: &App, args: &RecallArgs) -> Result<()> {
             "recall is measured for ranked search (--mode full-text, semantic or hybrid), not regex"
         );
     }
-    let conversations = locomo::load(&args.file)?;
+    let conversations = locomo::load_all(&args.files)?;
     let temporary;
     let dir = match &args.keep {
         Some(dir) => dir.clone(),

@@ -1,6 +1,8 @@
 //! The LoCoMo format (Maharana et al., 2024): a JSON array of conversations between two
 //! speakers, each in numbered sessions with a date, and questions whose answers lie in given
-//! dialogue turns (their "evidence").
+//! dialogue turns (their "evidence"). A file of one conversation is read too, in that shape or
+//! in the multimodal-dialog release's (the `conversation` object's keys and `qa` at the top
+//! level), see [`parse`].
 //!
 //! ```text
 //! [{ "sample_id": "conv-26",
@@ -16,13 +18,13 @@
 //! created at its session's date (turns a second apart, in order), keyed by its `dia_id`, so
 //! a search hit names the turn it found.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use chrono::NaiveDateTime;
 use lcm_core::message::{NewMessage, Part, Role};
 use lcm_core::time::Timestamp;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::{EvalError, Result};
 
@@ -85,14 +87,40 @@ pub fn category_name(category: u8) -> &'static str {
 
 /// Reads a LoCoMo file.
 pub fn load(path: &Path) -> Result<Vec<Conversation>> {
-    let bytes = std::fs::read(path).map_err(|source| EvalError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
-    parse(&bytes, &path.display().to_string())
+    load_all(&[path])
 }
 
-/// Parses LoCoMo JSON; `origin` names the input in errors.
+/// Reads LoCoMo files (the multimodal-dialog release ships a file per conversation) into one
+/// list, in order; a conversation id twice, in one file or in two, is an error, since each
+/// becomes a session of its own.
+pub fn load_all<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<Conversation>> {
+    let mut all: Vec<Conversation> = Vec::new();
+    let mut origin_of: HashMap<String, String> = HashMap::new();
+    for path in paths {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| EvalError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let origin = path.display().to_string();
+        for conversation in parse(&bytes, &origin)? {
+            if let Some(first) = origin_of.insert(conversation.id.clone(), origin.clone()) {
+                return Err(EvalError::Format {
+                    origin,
+                    at: format!("conversation {}", conversation.id),
+                    detail: format!("the id is already used in {first}"),
+                });
+            }
+            all.push(conversation);
+        }
+    }
+    Ok(all)
+}
+
+/// Parses LoCoMo JSON; `origin` names the input in errors. The input is an array of
+/// conversations (`locomo10.json`), one such conversation, or one conversation as the
+/// multimodal-dialog release ships it (speakers, sessions and `qa` at the top level; its id
+/// is the file's name without extension, as `origin` gives it).
 pub fn parse(bytes: &[u8], origin: &str) -> Result<Vec<Conversation>> {
     let error = |at: String, detail: String| EvalError::Format {
         origin: origin.to_string(),
@@ -101,17 +129,36 @@ pub fn parse(bytes: &[u8], origin: &str) -> Result<Vec<Conversation>> {
     };
     let root: Value = serde_json::from_slice(bytes)
         .map_err(|e| error("the file".into(), format!("not JSON: {e}")))?;
-    let Value::Array(items) = root else {
-        return Err(error(
-            "the top level".into(),
-            "expected an array of conversations".into(),
-        ));
+    let items = match root {
+        Value::Array(items) => items,
+        Value::Object(one) if one.contains_key("conversation") => vec![Value::Object(one)],
+        Value::Object(body) if body.contains_key("speaker_a") => {
+            let id = Path::new(origin)
+                .file_stem()
+                .map_or_else(|| "conversation-0".into(), |s| s.to_string_lossy());
+            let qa = body.get("qa").cloned().unwrap_or(Value::Null);
+            vec![json!({ "sample_id": id, "conversation": body, "qa": qa })]
+        }
+        _ => {
+            return Err(error(
+                "the top level".into(),
+                "expected an array of conversations or one conversation".into(),
+            ));
+        }
     };
-    items
+    let conversations = items
         .iter()
         .enumerate()
         .map(|(i, item)| conversation(i, item).map_err(|(at, detail)| error(at, detail)))
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    let mut ids = HashSet::new();
+    if let Some(twice) = conversations.iter().find(|c| !ids.insert(c.id.as_str())) {
+        return Err(error(
+            format!("conversation {}", twice.id),
+            "the id is used twice".into(),
+        ));
+    }
+    Ok(conversations)
 }
 
 type FieldError = (String, String);
@@ -465,5 +512,74 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("`D1:1` twice"), "{err}");
+    }
+
+    #[test]
+    fn one_conversation_reads_as_the_array_holds_it_or_as_the_release_ships_it() {
+        let one = br#"{"sample_id":"conv-7","conversation":{"speaker_a":"A","speaker_b":"B",
+            "session_1":[{"speaker":"A","dia_id":"D1:1","text":"x"}]},
+            "qa":[{"question":"q?","evidence":["D1:1"],"category":4}]}"#;
+        let parsed = parse(one, "dir/one.json").unwrap();
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed[0].id, "conv-7");
+        assert_eq!(parsed[0].questions.len(), 1);
+
+        // The multimodal-dialog release: a file per conversation, the body at the top level.
+        let release = br#"{"speaker_a":"A","speaker_b":"B",
+            "session_1_date_time":"9:00 am on 1 May, 2023",
+            "session_1":[{"speaker":"A","dia_id":"D1:1","text":"x"},
+                         {"speaker":"B","dia_id":"D1:2","text":"y"}],
+            "events_session_1":{"A":["an event"]},
+            "qa":[{"question":"q?","evidence":["D1:2"],"category":4}]}"#;
+        let parsed = parse(release, "data/locomo10_v2/26.json").unwrap();
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed[0].id, "26");
+        assert_eq!(parsed[0].speaker_b, "B");
+        assert_eq!(parsed[0].sessions[0].turns.len(), 2);
+        assert_eq!(parsed[0].questions[0].evidence, ["D1:2"]);
+
+        let err = parse(br#""text""#, "x").unwrap_err().to_string();
+        assert!(
+            err.contains("array of conversations or one conversation"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_conversation_id_twice_is_refused_in_one_file_and_across_files() {
+        let conversation = |id: &str| {
+            format!(
+                r#"{{"sample_id":"{id}","conversation":{{"speaker_a":"A","speaker_b":"B",
+                "session_1":[{{"speaker":"A","dia_id":"D1:1","text":"x"}}]}}}}"#
+            )
+        };
+        let twice = format!("[{},{}]", conversation("c1"), conversation("c1"));
+        let err = parse(twice.as_bytes(), "x.json").unwrap_err().to_string();
+        assert!(
+            err.contains("conversation c1") && err.contains("twice"),
+            "{err}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let first = dir.path().join("first.json");
+        let second = dir.path().join("second.json");
+        std::fs::write(&first, format!("[{}]", conversation("c1"))).unwrap();
+        std::fs::write(
+            &second,
+            format!("[{},{}]", conversation("c2"), conversation("c3")),
+        )
+        .unwrap();
+        let both = load_all(&[&first, &second]).unwrap();
+        let ids: Vec<_> = both.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["c1", "c2", "c3"]);
+
+        std::fs::write(&second, conversation("c1")).unwrap();
+        let err = load_all(&[&first, &second]).unwrap_err().to_string();
+        assert!(
+            err.contains("second.json")
+                && err.contains("already used in")
+                && err.contains("first.json"),
+            "{err}"
+        );
     }
 }
