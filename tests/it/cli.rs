@@ -87,6 +87,17 @@ fn compact_dag_describe_and_context() {
             &["context", "ses_0", "--budget", "700", "--format", format],
         ));
         assert!(ctx["tokens"].as_u64().unwrap() <= 630);
+        // The top summary leads the breakdown's summaries; the tallies add up to the total.
+        let breakdown = &ctx["breakdown"];
+        assert!(
+            breakdown["summaries"]["items"].as_u64().unwrap() >= 1,
+            "{breakdown}"
+        );
+        let tallied: u64 = ["summaries", "commitments", "messages", "elided"]
+            .iter()
+            .map(|k| breakdown[k]["tokens"].as_u64().unwrap())
+            .sum();
+        assert_eq!(Some(tallied), ctx["tokens"].as_u64(), "{breakdown}");
         let body = ctx["body"].to_string();
         assert!(body.contains(&header.replace('"', "\\\"")), "{body}");
     }

@@ -264,6 +264,17 @@ async fn an_mcp_client_lists_and_calls_the_tools() {
     );
     assert_eq!(anthropic["system"], "Be brief.");
     assert!(anthropic["tokens"].as_u64().unwrap() <= 900);
+    // The breakdown names the summaries the context lists, and the system prompt's tokens come
+    // out of the same 900.
+    let breakdown = &anthropic["breakdown"];
+    assert_eq!(
+        breakdown["summaries"]["items"].as_u64().unwrap(),
+        anthropic["summaries"].as_array().unwrap().len() as u64,
+        "{breakdown}"
+    );
+    let system_tokens = anthropic["system_tokens"].as_u64().unwrap();
+    assert!(system_tokens > 0);
+    assert!(anthropic["tokens"].as_u64().unwrap() + system_tokens <= 900);
 
     // lcm_describe the grep hit: the verbatim content, now covered by a summary.
     let described = ok(

@@ -151,6 +151,7 @@ pub fn context_cmd(app: &App, args: &ContextArgs) -> Result<()> {
             "session": session,
             "budget": args.budget,
             "tokens": ctx.tokens,
+            "breakdown": ctx.breakdown(),
             "summaries": ctx.state.summaries,
             "raw_from_seq": ctx.state.raw_from,
             "body": body,

@@ -47,6 +47,8 @@ use lcm_core::summary::{ContextState, NodeRef, Summary, SummaryKind};
 use lcm_core::tokens::{BINARY_PART_TOKENS, MESSAGE_OVERHEAD_TOKENS, TokenCounter};
 use lcm_llm::structured::resolutions;
 use lcm_store::{Store, StoreError, StoreReader};
+
+use crate::tools::ToolFormat;
 use serde_json::{Value, json};
 
 /// One item of an assembled context.
@@ -109,6 +111,29 @@ pub struct AssembledContext {
     pub items: Vec<ContextItem>,
     /// Sum of the items' stored token counts.
     pub tokens: u64,
+}
+
+/// Items of one kind in a context and the tokens they take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Tally {
+    pub items: u64,
+    pub tokens: u64,
+}
+
+/// What a context spends its tokens on, by kind of item ([`AssembledContext::breakdown`]),
+/// for users who ask what is in their context and why. The tallies add up to the context's
+/// `tokens` and its number of items.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ContextBreakdown {
+    /// The top-level summaries.
+    pub summaries: Tally,
+    /// The open-commitments block (at most one).
+    pub commitments: Tally,
+    /// The raw messages (one whose large parts are shown as file references counts what it
+    /// shows).
+    pub messages: Tally,
+    /// The markers naming what fitting a budget left out.
+    pub elided: Tally,
 }
 
 /// Reads a session's context (one read snapshot of the store).
@@ -577,6 +602,63 @@ fn part_as_text(part: &Part) -> Option<String> {
 }
 
 impl AssembledContext {
+    /// Its items and tokens by kind of item.
+    pub fn breakdown(&self) -> ContextBreakdown {
+        let mut breakdown = ContextBreakdown::default();
+        for item in &self.items {
+            let tally = match item {
+                ContextItem::Summary { .. } => &mut breakdown.summaries,
+                ContextItem::Commitments { .. } => &mut breakdown.commitments,
+                ContextItem::Message(_) => &mut breakdown.messages,
+                ContextItem::Elided { .. } => &mut breakdown.elided,
+            };
+            tally.items += 1;
+            tally.tokens += item.tokens();
+        }
+        breakdown
+    }
+
+    /// The context as the daemon's context route and the MCP `lcm_context` tool answer with
+    /// it: the session, the `window` asked for, the items' tokens, the system prompt's
+    /// (`system_tokens`, 0 without one), the [`breakdown`](Self::breakdown), the context
+    /// state, and the body in `format`'s shape (OpenAI `messages`, or Anthropic `system` and
+    /// `messages`).
+    pub fn to_response(
+        &self,
+        window: u64,
+        format: ToolFormat,
+        system: Option<&str>,
+        counter: TokenCounter,
+    ) -> Value {
+        let mut out = json!({
+            "session": self.session,
+            "budget": window,
+            "tokens": self.tokens,
+            "system_tokens": system.map_or(0, |s| system_prompt_tokens(counter, s)),
+            "breakdown": self.breakdown(),
+            "summaries": self.state.summaries,
+            "raw_from": self.state.raw_from,
+        });
+        match format {
+            ToolFormat::OpenAi => {
+                out["format"] = json!("openai");
+                out["messages"] = Value::Array(self.to_openai(system));
+            }
+            ToolFormat::Anthropic => {
+                out["format"] = json!("anthropic");
+                match self.to_anthropic(system) {
+                    Value::Object(fields) => {
+                        for (k, v) in fields {
+                            out[k.as_str()] = v;
+                        }
+                    }
+                    other => out["messages"] = other,
+                }
+            }
+        }
+        out
+    }
+
     /// The context as an OpenAI Chat Completions `messages` array.
     pub fn to_openai(&self, system: Option<&str>) -> Vec<Value> {
         let paired = paired_calls(&self.items);

@@ -321,30 +321,8 @@ impl Tool for LcmContext {
         let system = args.get("system").and_then(Value::as_str);
         let context = lcm_engine::runtime::fit_with_system(&self.runtime, context, budget, system)
             .map_err(|e| runtime_error(NAME, e))?;
-        let mut out = json!({
-            "session": context.session,
-            "budget": budget,
-            "tokens": context.tokens,
-            "summaries": context.state.summaries,
-            "raw_from": context.state.raw_from,
-        });
-        match format {
-            ToolFormat::OpenAi => {
-                out["format"] = json!("openai");
-                out["messages"] = Value::Array(context.to_openai(system));
-            }
-            ToolFormat::Anthropic => {
-                out["format"] = json!("anthropic");
-                match context.to_anthropic(system) {
-                    Value::Object(fields) => {
-                        for (k, v) in fields {
-                            out[k.as_str()] = v;
-                        }
-                    }
-                    other => out["messages"] = other,
-                }
-            }
-        }
+        let counter = self.runtime.store().counter();
+        let out = context.to_response(budget, format, system, counter);
         Ok(out)
     }
 }

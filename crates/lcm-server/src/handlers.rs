@@ -257,30 +257,8 @@ pub(crate) async fn get_context(
     let system = query.system.as_deref();
     let context =
         lcm_engine::runtime::fit_with_system(state.runtime(), context, query.budget, system)?;
-    let mut out = json!({
-        "session": context.session,
-        "budget": query.budget,
-        "tokens": context.tokens,
-        "summaries": context.state.summaries,
-        "raw_from": context.state.raw_from,
-    });
-    match format {
-        ToolFormat::OpenAi => {
-            out["format"] = json!("openai");
-            out["messages"] = json!(context.to_openai(system));
-        }
-        ToolFormat::Anthropic => {
-            out["format"] = json!("anthropic");
-            match context.to_anthropic(system) {
-                Value::Object(fields) => {
-                    for (k, v) in fields {
-                        out[k.as_str()] = v;
-                    }
-                }
-                other => out["messages"] = other,
-            }
-        }
-    }
+    let counter = state.runtime().store().counter();
+    let out = context.to_response(query.budget, format, system, counter);
     Ok(Json(out))
 }
 

@@ -213,6 +213,24 @@ fn check(store: &Store, session: SessionId, ctx: &AssembledContext, budget: u64)
         ctx.tokens,
         ctx.items.iter().map(ContextItem::tokens).sum::<u64>()
     );
+    // The breakdown by kind accounts for every item and token, each under its own kind.
+    let b = ctx.breakdown();
+    let tallies = [b.summaries, b.commitments, b.messages, b.elided];
+    assert_eq!(tallies.iter().map(|t| t.tokens).sum::<u64>(), ctx.tokens);
+    assert_eq!(
+        tallies.iter().map(|t| t.items).sum::<u64>(),
+        ctx.items.len() as u64
+    );
+    let kind = |f: fn(&ContextItem) -> bool| ctx.items.iter().filter(|i| f(i)).count() as u64;
+    assert_eq!(
+        b.summaries.items,
+        kind(|i| matches!(i, ContextItem::Summary { .. }))
+    );
+    assert_eq!(
+        b.elided.items,
+        kind(|i| matches!(i, ContextItem::Elided { .. }))
+    );
+    assert!(b.commitments.items <= 1);
     // What a context says a message costs is what it shows.
     let mut shown: HashSet<MessageId> = HashSet::new();
     let mut in_context: HashSet<SummaryId> = HashSet::new();

@@ -90,6 +90,15 @@ async fn sessions_messages_context_and_tools() {
     assert_eq!(ctx.status, StatusCode::OK, "{ctx:?}");
     assert_eq!(ctx.body["format"], "openai");
     assert!(ctx.body["tokens"].as_u64().unwrap() > 0);
+    // What the context spends its tokens on: five raw messages (the host's system message
+    // among them), nothing summarised or left out yet; the system prompt apart.
+    let breakdown = &ctx.body["breakdown"];
+    assert_eq!(breakdown["messages"]["items"], 5, "{breakdown}");
+    assert_eq!(breakdown["messages"]["tokens"], ctx.body["tokens"]);
+    assert_eq!(breakdown["summaries"], json!({"items": 0, "tokens": 0}));
+    assert_eq!(breakdown["elided"]["items"], 0);
+    let system_tokens = ctx.body["system_tokens"].as_u64().unwrap();
+    assert!((3..=10).contains(&system_tokens), "{system_tokens}");
     let messages = ctx.body["messages"].as_array().unwrap();
     assert_eq!(
         messages[0],
@@ -246,6 +255,24 @@ async fn compaction_is_counted_and_the_context_stays_in_budget() {
         ctx.body["tokens"]
     );
     assert!(!ctx.body["summaries"].as_array().unwrap().is_empty());
+    // Compacted: the summaries and what is left raw share the tokens, and no system prompt.
+    let breakdown = &ctx.body["breakdown"];
+    let part = |kind: &str, field: &str| breakdown[kind][field].as_u64().unwrap();
+    assert_eq!(
+        part("summaries", "items"),
+        ctx.body["summaries"].as_array().unwrap().len() as u64,
+        "{breakdown}"
+    );
+    assert_eq!(
+        ["summaries", "commitments", "messages", "elided"]
+            .iter()
+            .map(|k| part(k, "tokens"))
+            .sum::<u64>(),
+        ctx.body["tokens"].as_u64().unwrap(),
+        "{breakdown}"
+    );
+    assert!(part("summaries", "tokens") > 0 && part("messages", "items") < 120);
+    assert_eq!(ctx.body["system_tokens"], 0);
     let text = server
         .get("/metrics")
         .await
