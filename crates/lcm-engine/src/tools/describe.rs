@@ -1,5 +1,6 @@
 //! `lcm_describe`: what an id stands for, without expanding it (paper appendix C.1).
 
+use crate::assembly::assemble;
 use crate::commitments::{CommitmentStatus, session_commitments};
 use async_trait::async_trait;
 use lcm_core::ids::{AnyId, MessageId, SessionId, SummaryId};
@@ -281,6 +282,9 @@ fn describe_session(
 ) -> Result<Value, ToolError> {
     let s = reader.session(id).map_err(store_err(NAME))?;
     let context = reader.context(id).map_err(store_err(NAME))?;
+    // What the context holds as stored, before any budget is fitted: what the agent's next
+    // turn starts from.
+    let assembled = assemble(&ctx.store, id).map_err(store_err(NAME))?;
     let ledger = session_commitments(&ctx.store, id).map_err(store_err(NAME))?;
     let count = |status| ledger.iter().filter(|e| e.status == status).count();
     let listed = &ledger[ledger.len().saturating_sub(DESCRIBE_COMMITMENTS)..];
@@ -298,6 +302,8 @@ fn describe_session(
             "summaries": context.summaries,
             "raw_from_seq": context.raw_from,
             "raw_messages": s.message_count.saturating_sub(context.raw_from),
+            "tokens": assembled.tokens,
+            "breakdown": assembled.breakdown(),
         },
         "commitments": {
             "open": count(CommitmentStatus::Open),

@@ -18,10 +18,10 @@ use lcm_core::message::{NewMessage, Part, Role};
 use lcm_core::summary::{NodeRef, SummaryKind};
 use lcm_core::time::Timestamp;
 use lcm_core::tokens::TokenCounter;
-use lcm_engine::compact;
 use lcm_engine::tools::{
     Caller, Tool, ToolContext, ToolDefinition, ToolError, ToolFormat, ToolRegistry,
 };
+use lcm_engine::{assemble, compact};
 use lcm_llm::ExtractiveSummarizer;
 use lcm_search::SearchIndex;
 use lcm_store::{Store, StoreOptions};
@@ -977,6 +977,19 @@ async fn describe_summaries_messages_sessions_and_refuses_bad_ids_clearly() {
                 .map(|s| s.to_string())
                 .collect::<Vec<_>>()
         )
+    );
+    // And what it spends its tokens on: each top-level summary, each raw message, the total.
+    let breakdown = &d["context"]["breakdown"];
+    assert_eq!(breakdown["summaries"]["items"], state.summaries.len());
+    assert_eq!(breakdown["messages"]["items"], d["context"]["raw_messages"]);
+    assert_eq!(breakdown["elided"]["items"], 0, "nothing is fitted here");
+    let stored = assemble(&fx.store, fx.session).unwrap();
+    assert_eq!(d["context"]["tokens"], stored.tokens);
+    assert_eq!(
+        breakdown["summaries"]["tokens"].as_u64().unwrap()
+            + breakdown["commitments"]["tokens"].as_u64().unwrap()
+            + breakdown["messages"]["tokens"].as_u64().unwrap(),
+        stored.tokens
     );
 
     // A file read of the fixture is a file record; an unknown one is a clear error.
