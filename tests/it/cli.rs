@@ -999,6 +999,51 @@ fn eval_recall_scores_a_locomo_file_without_touching_the_data_directory() {
     assert_eq!(mode["overall"]["questions"], 3, "{both}");
     // The kayak question finds its turn (its evidence written `D1:01`) first.
     assert!((mode["overall"]["recall_at"][0].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9);
+    // A deeper cut-off is added to the usual three; one past a search's page is refused
+    // before anything is imported, as is 0.
+    let deeper = json(&lcm(
+        &data_dir,
+        &[
+            "eval",
+            "recall",
+            file.to_str().unwrap(),
+            "--at",
+            "20",
+            "--json",
+            "-q",
+        ],
+    ));
+    assert_eq!(deeper["ks"], serde_json::json!([1, 5, 10, 20]), "{deeper}");
+    let at = &deeper["modes"][0]["overall"]["recall_at"];
+    assert_eq!(at.as_array().unwrap().len(), 4);
+    assert!(at[3].as_f64().unwrap() >= at[2].as_f64().unwrap());
+    let kept = tmp.path().join("never");
+    for bad in ["0", "100000"] {
+        let refused = lcm(
+            &data_dir,
+            &[
+                "eval",
+                "recall",
+                file.to_str().unwrap(),
+                "--at",
+                bad,
+                "--keep",
+                kept.to_str().unwrap(),
+            ],
+        );
+        assert!(!refused.status.success(), "--at {bad}");
+        assert!(!kept.exists(), "nothing is imported for --at {bad}");
+    }
+    let refused = lcm(
+        &data_dir,
+        &["eval", "recall", file.to_str().unwrap(), "--at", "100000"],
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("search.max_limit"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
     // The same file twice would import one conversation twice: refused, saying why.
     let twice = lcm(
         &data_dir,

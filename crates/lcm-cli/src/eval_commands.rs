@@ -209,6 +209,10 @@ pub struct RecallArgs {
     /// an embedding model is configured (`[embeddings] model_dir`).
     #[arg(long = "mode", value_enum)]
     pub modes: Vec<Mode>,
+    /// Also report recall@K (repeatable; 1, 5 and 10 are always reported), to see how deep the
+    /// evidence lies: at most `search.max_limit`. MRR stays within the first 10 hits.
+    #[arg(long = "at", value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub at: Vec<u64>,
     /// Import into this data directory and keep it (a second run reuses it). Default: a
     /// temporary directory, removed afterwards; the data directory of `--data-dir` is never
     /// touched.
@@ -340,6 +344,17 @@ fn recall_cmd(app: &App, args: &RecallArgs) -> Result<()> {
             "recall is measured for ranked search (--mode full-text, semantic or hybrid), not regex"
         );
     }
+    // Checked before anything is imported: a search's page is at most `search.max_limit`.
+    let max = app.config.search.max_limit;
+    let mut ks: Vec<usize> = recall::KS.to_vec();
+    for &k in &args.at {
+        match usize::try_from(k) {
+            Ok(k) if k <= max => ks.push(k),
+            _ => bail!(
+                "--at {k}: recall is measured within a search's page, at most search.max_limit ({max}) hits"
+            ),
+        }
+    }
     let conversations = locomo::load_all(&args.files)?;
     let temporary;
     let dir = match &args.keep {
@@ -372,6 +387,7 @@ fn recall_cmd(app: &App, args: &RecallArgs) -> Result<()> {
         &conversations,
         &imported,
         &modes,
+        &ks,
         |done, _| bar.set_position(done as u64),
     );
     bar.finish_and_clear();

@@ -16,15 +16,16 @@ use std::collections::{BTreeMap, HashMap};
 use lcm_core::config::SearchConfig;
 use lcm_core::ids::{MessageId, SessionId};
 use lcm_search::{DataDir, GrepMode, GrepRequest, Scope, grep};
+use lcm_store::StoreError;
 use serde::Serialize;
 
 use crate::Result;
 use crate::locomo::{Conversation, category_name};
 
-/// The cut-offs reported.
+/// The cut-offs reported by default (`lcm eval recall --at K` adds more).
 pub const KS: [usize; 3] = [1, 5, 10];
-/// Hits asked for per question (the largest of [`KS`]).
-pub const DEPTH: usize = 10;
+/// MRR counts the first evidence turn within this many hits, whatever the cut-offs.
+pub const MRR_DEPTH: usize = 10;
 
 /// A conversation in the data directory: its session and which turn each message is.
 #[derive(Debug, Clone)]
@@ -67,7 +68,7 @@ pub fn import(
 pub struct Scores {
     /// Questions scored (those with evidence found in their conversation).
     pub questions: usize,
-    /// `recall_at[i]` is recall@[`KS`]`[i]`.
+    /// `recall_at[i]` is recall@`ks[i]` (the report's `ks`).
     pub recall_at: Vec<f64>,
     pub mrr: f64,
 }
@@ -98,20 +99,35 @@ pub struct RecallReport {
 /// Where one question's evidence came back.
 struct Ranked {
     category: u8,
-    /// The 1-based rank of each evidence turn within the first [`DEPTH`] hits.
+    /// The 1-based rank of each evidence turn within the hits asked for (the largest cut-off,
+    /// and at least [`MRR_DEPTH`]).
     ranks: Vec<Option<usize>>,
 }
 
-/// Searches every question in each of `modes` and scores the ranks of its evidence.
-/// `progress(done, total)` is called after each question of each mode.
+/// Searches every question in each of `modes` and scores the ranks of its evidence at each
+/// cut-off of `ks` (sorted and deduplicated here; [`KS`] is the usual set), each at most
+/// `config.max_limit`, as a search's page is. `progress(done, total)` is called after each
+/// question of each mode.
 pub fn evaluate(
     data: &DataDir,
     config: &SearchConfig,
     conversations: &[Conversation],
     imported: &[Imported],
     modes: &[GrepMode],
+    ks: &[usize],
     mut progress: impl FnMut(usize, usize),
 ) -> Result<RecallReport> {
+    let mut ks = ks.to_vec();
+    ks.sort_unstable();
+    ks.dedup();
+    if ks.first().is_none_or(|&k| k == 0) || ks.last().is_some_and(|&k| k > config.max_limit) {
+        return Err(StoreError::InvalidQuery(format!(
+            "recall cut-offs must be between 1 and search.max_limit ({}), got {ks:?}",
+            config.max_limit
+        ))
+        .into());
+    }
+    let depth = ks.last().copied().unwrap_or(MRR_DEPTH).max(MRR_DEPTH);
     let questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
     let total = questions * modes.len();
     let mut without_evidence = 0;
@@ -157,7 +173,7 @@ pub fn evaluate(
                         session: Some(imported[c].session),
                         ..Scope::default()
                     },
-                    limit: Some(DEPTH),
+                    limit: Some(depth),
                     cursor: None,
                 },
             )?
@@ -186,10 +202,10 @@ pub fn evaluate(
         }
         reports.push(ModeReport {
             mode,
-            overall: scores(ranked.iter()),
+            overall: scores(ranked.iter(), &ks),
             categories: categories
                 .into_iter()
-                .map(|(category, rs)| (category, scores(rs.into_iter())))
+                .map(|(category, rs)| (category, scores(rs.into_iter(), &ks)))
                 .collect(),
         });
     }
@@ -198,24 +214,26 @@ pub fn evaluate(
         questions,
         without_evidence,
         unknown_evidence,
-        ks: KS.to_vec(),
+        ks,
         modes: reports,
     })
 }
 
-fn scores<'a>(ranked: impl Iterator<Item = &'a Ranked>) -> Scores {
+fn scores<'a>(ranked: impl Iterator<Item = &'a Ranked>, ks: &[usize]) -> Scores {
     let mut n = 0usize;
-    let mut recall = [0f64; KS.len()];
+    let mut recall = vec![0f64; ks.len()];
     let mut mrr = 0f64;
     for r in ranked {
         n += 1;
         let evidence = r.ranks.len() as f64;
-        for (i, &k) in KS.iter().enumerate() {
+        for (i, &k) in ks.iter().enumerate() {
             let found = r.ranks.iter().filter(|rank| rank.is_some_and(|x| x <= k));
             recall[i] += found.count() as f64 / evidence;
         }
-        if let Some(first) = r.ranks.iter().flatten().min() {
-            mrr += 1.0 / *first as f64;
+        if let Some(&first) = r.ranks.iter().flatten().min()
+            && first <= MRR_DEPTH
+        {
+            mrr += 1.0 / first as f64;
         }
     }
     let mean = |x: f64| if n == 0 { 0.0 } else { x / n as f64 };
@@ -289,12 +307,31 @@ mod tests {
                 ranks: vec![None],
             },
         ];
-        let s = scores(ranked.iter());
+        let s = scores(ranked.iter(), &KS);
         assert_eq!(s.questions, 3);
         // recall@1: 0.5 + 0 + 0; @5: same; @10: 0.5 + 1 + 0.
         assert_eq!(s.recall_at, vec![0.5 / 3.0, 0.5 / 3.0, 1.5 / 3.0]);
         assert!((s.mrr - (1.0 + 1.0 / 7.0) / 3.0).abs() < 1e-12);
-        let empty = scores(std::iter::empty());
+        let empty = scores(std::iter::empty(), &KS);
         assert_eq!(empty.recall_at, vec![0.0; 3]);
+    }
+
+    #[test]
+    fn deeper_cut_offs_count_deeper_ranks_and_leave_mrr_at_ten() {
+        let ranked = [
+            Ranked {
+                category: 1,
+                ranks: vec![Some(3), Some(40)],
+            },
+            Ranked {
+                category: 1,
+                ranks: vec![Some(25)],
+            },
+        ];
+        let s = scores(ranked.iter(), &[10, 20, 50]);
+        // @10: 0.5 + 0; @20: the same; @50: 1 + 1.
+        assert_eq!(s.recall_at, vec![0.25, 0.25, 1.0]);
+        // The turn at 25 is past MRR's ten: only the first question's 1/3 counts.
+        assert!((s.mrr - (1.0 / 3.0) / 2.0).abs() < 1e-12);
     }
 }

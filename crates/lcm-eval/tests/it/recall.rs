@@ -53,6 +53,7 @@ fn recall_counts_the_ranks_of_evidence_turns_in_a_real_data_directory() {
         &conversations,
         &imported,
         &[GrepMode::FullText],
+        &recall::KS,
         |done, total| {
             calls += 1;
             assert!(done <= total && total == 5);
@@ -114,6 +115,7 @@ fn full_text_recall_on_the_locomo_development_set() {
         &conversations,
         &imported,
         &[GrepMode::FullText],
+        &recall::KS,
         |_, _| {},
     )
     .unwrap();
@@ -176,6 +178,7 @@ fn recall_at_10(model: PathBuf, conversations: &[locomo::Conversation]) -> [f64;
         conversations,
         &imported,
         &[GrepMode::FullText, GrepMode::Semantic, GrepMode::Hybrid],
+        &recall::KS,
         |_, _| {},
     )
     .unwrap();
@@ -271,6 +274,7 @@ fn the_reranker_finds_more_of_the_evidence_in_hybrid_search() {
             &conversations,
             &imported,
             &[GrepMode::Hybrid],
+            &recall::KS,
             |_, _| {},
         )
         .unwrap();
