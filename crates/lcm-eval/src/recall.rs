@@ -6,7 +6,7 @@
 //!   (a question with two evidence turns and one of them found scores 0.5); averaged over
 //!   questions.
 //! - **MRR**: the mean over questions of 1 / the rank of the first evidence turn found
-//!   within the first [`DEPTH`] hits (0 when none is).
+//!   within the first [`MRR_DEPTH`] hits (0 when none is), whatever the cut-offs.
 //!
 //! Questions without evidence, and evidence naming no turn of the conversation, count in
 //! the report's totals but not in the scores.
