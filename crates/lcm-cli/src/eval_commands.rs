@@ -344,17 +344,15 @@ fn recall_cmd(app: &App, args: &RecallArgs) -> Result<()> {
             "recall is measured for ranked search (--mode full-text, semantic or hybrid), not regex"
         );
     }
-    // Checked before anything is imported: a search's page is at most `search.max_limit`.
-    let max = app.config.search.max_limit;
-    let mut ks: Vec<usize> = recall::KS.to_vec();
-    for &k in &args.at {
-        match usize::try_from(k) {
-            Ok(k) if k <= max => ks.push(k),
-            _ => bail!(
-                "--at {k}: recall is measured within a search's page, at most search.max_limit ({max}) hits"
-            ),
-        }
-    }
+    // Checked before anything is imported.
+    let at = args
+        .at
+        .iter()
+        .map(|&k| usize::try_from(k).unwrap_or(usize::MAX));
+    let ks = recall::cut_offs(
+        &recall::KS.into_iter().chain(at).collect::<Vec<_>>(),
+        &app.config.search,
+    )?;
     let conversations = locomo::load_all(&args.files)?;
     let temporary;
     let dir = match &args.keep {

@@ -47,9 +47,9 @@ use lcm_core::summary::{ContextState, NodeRef, Summary, SummaryKind};
 use lcm_core::tokens::{BINARY_PART_TOKENS, MESSAGE_OVERHEAD_TOKENS, TokenCounter};
 use lcm_llm::structured::resolutions;
 use lcm_store::{Store, StoreError, StoreReader};
+use serde_json::{Value, json};
 
 use crate::tools::ToolFormat;
-use serde_json::{Value, json};
 
 /// One item of an assembled context.
 #[derive(Debug, Clone, PartialEq)]

@@ -132,11 +132,11 @@ pub fn parse(bytes: &[u8], origin: &str) -> Result<Vec<Conversation>> {
     let items = match root {
         Value::Array(items) => items,
         Value::Object(one) if one.contains_key("conversation") => vec![Value::Object(one)],
-        Value::Object(body) if body.contains_key("speaker_a") => {
+        Value::Object(mut body) if body.contains_key("speaker_a") => {
             let id = Path::new(origin)
                 .file_stem()
                 .map_or_else(|| "conversation-0".into(), |s| s.to_string_lossy());
-            let qa = body.get("qa").cloned().unwrap_or(Value::Null);
+            let qa = body.remove("qa").unwrap_or(Value::Null);
             vec![json!({ "sample_id": id, "conversation": body, "qa": qa })]
         }
         _ => {

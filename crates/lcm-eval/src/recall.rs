@@ -117,16 +117,7 @@ pub fn evaluate(
     ks: &[usize],
     mut progress: impl FnMut(usize, usize),
 ) -> Result<RecallReport> {
-    let mut ks = ks.to_vec();
-    ks.sort_unstable();
-    ks.dedup();
-    if ks.first().is_none_or(|&k| k == 0) || ks.last().is_some_and(|&k| k > config.max_limit) {
-        return Err(StoreError::InvalidQuery(format!(
-            "recall cut-offs must be between 1 and search.max_limit ({}), got {ks:?}",
-            config.max_limit
-        ))
-        .into());
-    }
+    let ks = cut_offs(ks, config)?;
     let depth = ks.last().copied().unwrap_or(MRR_DEPTH).max(MRR_DEPTH);
     let questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
     let total = questions * modes.len();
@@ -217,6 +208,22 @@ pub fn evaluate(
         ks,
         modes: reports,
     })
+}
+
+/// `ks` sorted and deduplicated, or an error unless each is between 1 and
+/// `config.max_limit` (a search's page, which holds the hits a cut-off counts in).
+pub fn cut_offs(ks: &[usize], config: &SearchConfig) -> Result<Vec<usize>> {
+    let mut ks = ks.to_vec();
+    ks.sort_unstable();
+    ks.dedup();
+    if ks.first().is_none_or(|&k| k == 0) || ks.last().is_some_and(|&k| k > config.max_limit) {
+        return Err(StoreError::InvalidQuery(format!(
+            "recall cut-offs must be between 1 and search.max_limit ({}), got {ks:?}",
+            config.max_limit
+        ))
+        .into());
+    }
+    Ok(ks)
 }
 
 fn scores<'a>(ranked: impl Iterator<Item = &'a Ranked>, ks: &[usize]) -> Scores {

@@ -281,10 +281,10 @@ fn describe_session(
     id: SessionId,
 ) -> Result<Value, ToolError> {
     let s = reader.session(id).map_err(store_err(NAME))?;
-    let context = reader.context(id).map_err(store_err(NAME))?;
-    // What the context holds as stored, before any budget is fitted: what the agent's next
-    // turn starts from.
+    // The context as stored, before any budget is fitted (what the agent's next turn starts
+    // from): its state and what it spends its tokens on, from one read.
     let assembled = assemble(&ctx.store, id).map_err(store_err(NAME))?;
+    let context = &assembled.state;
     let ledger = session_commitments(&ctx.store, id).map_err(store_err(NAME))?;
     let count = |status| ledger.iter().filter(|e| e.status == status).count();
     let listed = &ledger[ledger.len().saturating_sub(DESCRIBE_COMMITMENTS)..];
