@@ -93,7 +93,7 @@ fn compact_dag_describe_and_context() {
             breakdown["summaries"]["items"].as_u64().unwrap() >= 1,
             "{breakdown}"
         );
-        let tallied: u64 = ["summaries", "commitments", "messages", "elided"]
+        let tallied: u64 = ["summaries", "pinned", "commitments", "messages", "elided"]
             .iter()
             .map(|k| breakdown[k]["tokens"].as_u64().unwrap())
             .sum();
@@ -324,7 +324,9 @@ fn tools_print_their_definitions_in_both_shapes() {
             "lcm_read_file",
             "lcm_expand_query",
             "Task",
-            "Tasks"
+            "Tasks",
+            "lcm_pin",
+            "lcm_forget"
         ]
     );
     assert!(
@@ -351,7 +353,9 @@ fn tools_print_their_definitions_in_both_shapes() {
             "lcm_describe",
             "lcm_expand_query",
             "Task",
-            "Tasks"
+            "Tasks",
+            "lcm_pin",
+            "lcm_forget"
         ],
         "lcm_expand is for sub-agents"
     );
@@ -444,6 +448,90 @@ fn tool_calls_grep_describe_and_expand_on_the_demo_data() {
     assert!(
         String::from_utf8_lossy(&unknown.stderr).contains("lcm_grep, lcm_describe, lcm_expand")
     );
+}
+
+/// `lcm tool lcm_pin` / `lcm_forget` write their mark in the data directory, and `lcm context`
+/// shows it: the pinned message verbatim in its block, the forgotten summary as a pointer.
+#[test]
+fn pin_and_forget_through_the_cli_change_what_lcm_context_shows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keep = tmp.path().join("demo");
+    json(&lcm(
+        tmp.path(),
+        &["demo", "--json", "--keep-in", keep.to_str().unwrap()],
+    ));
+    let context = || json(&lcm(&keep, &["context", "ses_0", "--budget", "100000"]));
+    let before = context();
+    let top = before["summaries"][0].as_str().unwrap().to_owned();
+    // The session's first message, under the top summary (down through condensed ones).
+    let mut first = top.clone();
+    while first.starts_with("sum_") {
+        let described = json(&lcm(&keep, &["describe", "--json", &first]));
+        first = described["summary"]["sources"][0]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    }
+    let message = json(&lcm(&keep, &["show", "--json", &first]));
+    let text = message["parts"][0]["text"].as_str().unwrap().to_owned();
+
+    let pinned = json(&lcm(
+        &keep,
+        &[
+            "tool",
+            "lcm_pin",
+            "--args",
+            &format!(r#"{{"id": "{first}"}}"#),
+        ],
+    ));
+    assert_eq!(pinned["session"], "ses_0", "{pinned}");
+    let forgotten = json(&lcm(
+        &keep,
+        &[
+            "tool",
+            "lcm_forget",
+            "--args",
+            &format!(r#"{{"id": "{top}"}}"#),
+        ],
+    ));
+    assert_eq!(forgotten["forgotten"], true, "{forgotten}");
+    let after = context();
+    assert_eq!(after["breakdown"]["pinned"]["items"], 1, "{after}");
+    let body = after["body"].to_string();
+    assert!(
+        body.contains(&format!("<message id=\\\"{first}\\\"")),
+        "{body}"
+    );
+    let head: String = text.lines().next().unwrap().chars().take(40).collect();
+    let escaped = serde_json::to_string(&head).unwrap();
+    assert!(
+        body.contains(&escaped[1..escaped.len() - 1]),
+        "{head}: {body}"
+    );
+    assert!(
+        body.contains(&format!("<lcm_forgotten id=\\\"{top}\\\"")),
+        "{body}"
+    );
+    assert!(
+        after["breakdown"]["summaries"]["tokens"].as_u64()
+            < before["breakdown"]["summaries"]["tokens"].as_u64()
+    );
+    // A summarised message cannot be forgotten (its summary stands for it): refused, and the
+    // context is unchanged.
+    let refused = lcm(
+        &keep,
+        &[
+            "tool",
+            "lcm_forget",
+            "--args",
+            &format!(r#"{{"id": "{first}"}}"#),
+        ],
+    );
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("is summarised"), "{stderr}");
+    assert_eq!(context(), after);
+    assert!(lcm(&keep, &["doctor"]).status.success());
 }
 
 /// The item a scripted request is about (the line after `Item (JSON):`).

@@ -409,6 +409,10 @@ pub struct CompactionConfig {
     pub max_depth: Option<u32>,
     /// Most summaries one compaction run writes (each makes at most two provider calls).
     pub max_passes: usize,
+    /// Most tokens a session's pinned messages may take together (`lcm_pin`): a pin that
+    /// would pass it is refused. Absolute, since the window is given per call; 0 turns
+    /// pinning off.
+    pub pinned_max_tokens: u32,
 }
 
 impl Default for CompactionConfig {
@@ -425,6 +429,7 @@ impl Default for CompactionConfig {
             condensed_target_tokens: 2_000,
             max_depth: None,
             max_passes: 64,
+            pinned_max_tokens: 4_000,
         }
     }
 }

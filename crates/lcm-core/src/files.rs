@@ -226,6 +226,23 @@ pub fn render_elided_summaries(summaries: &[SummaryId], messages: u64) -> String
     )
 }
 
+/// A context's stand-in for a node the agent set aside with `lcm_forget` (`what` says what
+/// it is: "user message", "leaf summary over msg_1..msg_40"): its id and the tokens it holds.
+pub fn render_forgotten(node: &str, what: &str, tokens: u64) -> String {
+    format!(
+        "<lcm_forgotten id=\"{node}\" tokens=\"{tokens}\">{what}</lcm_forgotten>\n(Set aside with lcm_forget; lcm_describe {node} reads it, lcm_forget with restore brings it back.)"
+    )
+}
+
+/// A context's stand-in for the pinned messages it has no room for: their ids.
+pub fn render_elided_pins(messages: &[MessageId], tokens: u64) -> String {
+    let ids: Vec<String> = messages.iter().map(MessageId::to_string).collect();
+    format!(
+        "<lcm_elided pinned=\"{}\" tokens=\"{tokens}\"/>\n(Pinned messages not shown: no room in this context. lcm_describe any of them reads it.)",
+        ids.join(",")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,6 +71,52 @@ impl std::fmt::Display for NodeRef {
     }
 }
 
+/// What the agent asked of one node of its context: kept in view verbatim (`lcm_pin`, a
+/// message), or set aside behind a pointer (`lcm_forget`, a raw message or a top-level
+/// summary). Neither deletes anything: the node stays in the store, in the DAG and in search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextMark {
+    /// Shown verbatim after the summaries once no longer in the raw tail.
+    Pinned,
+    /// Shown as a pointer naming it while it is in the context.
+    Forgotten,
+}
+
+impl ContextMark {
+    /// The byte the store keeps it as.
+    pub fn to_byte(self) -> u8 {
+        match self {
+            ContextMark::Pinned => 1,
+            ContextMark::Forgotten => 2,
+        }
+    }
+
+    /// The mark a stored byte names (`None` for an unknown byte).
+    pub fn from_byte(byte: u8) -> Option<ContextMark> {
+        match byte {
+            1 => Some(ContextMark::Pinned),
+            2 => Some(ContextMark::Forgotten),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextMark::Pinned => "pinned",
+            ContextMark::Forgotten => "forgotten",
+        }
+    }
+}
+
+/// A node of a session's context and the mark the agent put on it, with when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkedNode {
+    pub node: NodeRef,
+    pub mark: ContextMark,
+    pub at: Timestamp,
+}
+
 /// A summary to be written: everything but what the store assigns (id, created_at).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewSummary {

@@ -29,21 +29,32 @@
 //! one prompt-cache miss from the block on (at most once per commitment), rather than show the
 //! model as open what it has just done.
 //!
+//! The agent's marks (`lcm_store::marks`): a **pinned** message no longer in the raw tail is
+//! shown verbatim in one **pinned** block after the summaries, before the commitments block
+//! ([`ContextItem::Pinned`]; a pinned message still in the raw tail is shown where it is). A
+//! **forgotten** raw message or top-level summary is shown as a pointer naming it
+//! ([`forgotten_message`], [`forgotten_summary`]), counting the pointer's tokens; compaction
+//! summarises what the context shows, so a forgotten item enters its summary as its pointer.
+//! Fitting a budget keeps the pinned block whole and leaves it out (a marker naming the ids)
+//! only when nothing else makes the context fit. A pin or a forget costs a provider one
+//! prompt-cache miss from where it shows on; nothing else about them changes the prefix.
+//!
 //! Tool pairing: a tool result is only sent right after the assistant message that made the
 //! call, and a call only with its result. A call or result whose partner is not in the context
 //! (compaction never splits them, but a transcript may hold a dangling one) is rendered as plain
 //! text instead, so a provider never sees an orphan.
 
 use std::collections::HashSet;
+use std::fmt::Write as _;
 
 use lcm_core::digest::{Commitment, OpenItems, open_items};
 use lcm_core::files::{
-    render_elided_span, render_elided_summaries, render_file_reference, render_part_reference,
-    shown_part,
+    render_elided_pins, render_elided_span, render_elided_summaries, render_file_reference,
+    render_forgotten, render_part_reference, shown_part,
 };
 use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part, Role};
-use lcm_core::summary::{ContextState, NodeRef, Summary, SummaryKind};
+use lcm_core::summary::{ContextMark, ContextState, NodeRef, Summary, SummaryKind};
 use lcm_core::tokens::{BINARY_PART_TOKENS, MESSAGE_OVERHEAD_TOKENS, TokenCounter};
 use lcm_llm::structured::resolutions;
 use lcm_store::{Store, StoreError, StoreReader};
@@ -68,6 +79,15 @@ pub enum ContextItem {
         messages: Option<(MessageId, MessageId)>,
         summaries: Vec<SummaryId>,
     },
+    /// The messages the agent pinned that the raw tail does not show, verbatim, rendered as a
+    /// user message after the summaries (see the module docs); `messages` lists them.
+    /// `elided`: a budget had no room for them, and `text` is a marker naming them.
+    Pinned {
+        text: String,
+        tokens: u64,
+        messages: Vec<MessageId>,
+        elided: bool,
+    },
     /// The commitments the summaries left open and nothing after fulfilled, rendered as a user
     /// message after the summaries (see the module docs); `open` lists them all, `text` shows
     /// the newest [`BLOCK_COMMITMENTS`].
@@ -87,7 +107,9 @@ impl ContextItem {
         match self {
             ContextItem::Summary { summary, .. } => u64::from(summary.token_count),
             ContextItem::Message(m) => u64::from(m.token_count),
-            ContextItem::Elided { tokens, .. } | ContextItem::Commitments { tokens, .. } => *tokens,
+            ContextItem::Elided { tokens, .. }
+            | ContextItem::Commitments { tokens, .. }
+            | ContextItem::Pinned { tokens, .. } => *tokens,
         }
     }
 }
@@ -125,12 +147,14 @@ pub struct Tally {
 /// `tokens` and its number of items.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ContextBreakdown {
-    /// The top-level summaries.
+    /// The top-level summaries (a forgotten one counts its pointer).
     pub summaries: Tally,
+    /// The pinned block (at most one; its marker when a budget left it out).
+    pub pinned: Tally,
     /// The open-commitments block (at most one).
     pub commitments: Tally,
-    /// The raw messages (one whose large parts are shown as file references counts what it
-    /// shows).
+    /// The raw messages (one whose large parts are shown as file references, or a forgotten
+    /// one, counts what it shows).
     pub messages: Tally,
     /// The markers naming what fitting a budget left out.
     pub elided: Tally,
@@ -139,20 +163,35 @@ pub struct ContextBreakdown {
 /// Reads a session's context (one read snapshot of the store).
 pub fn assemble(store: &Store, session: SessionId) -> Result<AssembledContext, StoreError> {
     let reader = store.reader()?;
+    let counter = store.counter();
     let state = reader.context(session)?;
+    let marks = Marks::read(&reader, session)?;
     let mut items = Vec::with_capacity(state.summaries.len() + 32);
     for id in &state.summaries {
-        let summary = reader.summary(*id)?;
-        let rendered = render_summary(&summary);
+        let mut summary = reader.summary(*id)?;
+        let rendered = if marks.is_forgotten(NodeRef::Summary(*id)) {
+            forgotten_summary(&mut summary, counter)
+        } else {
+            render_summary(&summary)
+        };
         items.push(ContextItem::Summary { summary, rendered });
     }
     let large = store.file_rules().large_file_tokens;
     let raw = reader.session_messages(session, state.raw_from..u64::MAX)?;
-    if let Some(block) = commitments_block(&reader, &state.summaries, &raw, store.counter())? {
+    if let Some(block) = pinned_block(&reader, &marks, &raw, large, counter)? {
+        items.push(block);
+    }
+    if let Some(block) = commitments_block(&reader, &state.summaries, &raw, counter)? {
         items.push(block);
     }
     for m in raw {
-        items.push(ContextItem::Message(shown_message(&reader, m, large)?));
+        let forgotten = marks.is_forgotten(NodeRef::Message(m.id));
+        let m = shown_message(&reader, m, large)?;
+        items.push(ContextItem::Message(if forgotten {
+            forgotten_message(m, counter)
+        } else {
+            m
+        }));
     }
     let tokens = items.iter().map(ContextItem::tokens).sum();
     Ok(AssembledContext {
@@ -161,6 +200,142 @@ pub fn assemble(store: &Store, session: SessionId) -> Result<AssembledContext, S
         items,
         tokens,
     })
+}
+
+/// The agent's marks on one session's context, as assembly and compaction read them.
+#[derive(Debug, Default)]
+pub(crate) struct Marks {
+    forgotten: HashSet<NodeRef>,
+    /// Pinned messages, in id order.
+    pinned: Vec<MessageId>,
+}
+
+impl Marks {
+    pub(crate) fn read(reader: &StoreReader, session: SessionId) -> Result<Marks, StoreError> {
+        let mut marks = Marks::default();
+        for marked in reader.marks(session)? {
+            match (marked.mark, marked.node) {
+                (ContextMark::Forgotten, node) => {
+                    marks.forgotten.insert(node);
+                }
+                (ContextMark::Pinned, NodeRef::Message(id)) => marks.pinned.push(id),
+                // Only messages are pinned (the store pins nothing else).
+                (ContextMark::Pinned, NodeRef::Summary(_)) => {}
+            }
+        }
+        Ok(marks)
+    }
+
+    pub(crate) fn is_forgotten(&self, node: NodeRef) -> bool {
+        self.forgotten.contains(&node)
+    }
+}
+
+/// `m` as a context shows it once forgotten: one pointer naming it, its tool calls and results
+/// kept as parts carrying the pointer (so a call and its result still pair), everything else
+/// left out; its token count is the pointer's.
+pub fn forgotten_message(mut m: Message, counter: TokenCounter) -> Message {
+    let parts = m.parts.len();
+    let what = format!(
+        "{} message of {parts} part{}",
+        m.role,
+        if parts == 1 { "" } else { "s" }
+    );
+    let pointer = render_forgotten(&m.id.to_string(), &what, u64::from(m.token_count));
+    let mut parts: Vec<Part> = Vec::new();
+    for part in &m.parts {
+        if matches!(part, Part::ToolCall { .. } | Part::ToolResult { .. }) {
+            let text = if parts.is_empty() {
+                pointer.clone()
+            } else {
+                format!("(forgotten with {})", m.id)
+            };
+            parts.push(shown_part(part, text));
+        }
+    }
+    if parts.is_empty() {
+        parts.push(Part::Text { text: pointer });
+    }
+    m.token_count = counter.count_message(m.role, &parts);
+    m.parts = parts;
+    m
+}
+
+/// The pointer a forgotten summary is shown as; sets `summary`'s token count to the
+/// pointer's (its content stays).
+pub fn forgotten_summary(summary: &mut Summary, counter: TokenCounter) -> String {
+    let what = format!(
+        "{} summary, depth {}, {} messages from {} to {}",
+        summary.kind.as_str(),
+        summary.depth,
+        summary.descendant_messages,
+        summary.earliest_at,
+        summary.latest_at
+    );
+    let pointer = render_forgotten(
+        &summary.id.to_string(),
+        &what,
+        u64::from(summary.token_count),
+    );
+    summary.token_count =
+        u32::try_from(counter.count_text(&pointer) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS))
+            .unwrap_or(u32::MAX);
+    pointer
+}
+
+/// The pinned block of a context: the pinned messages the raw tail does not show (summarised
+/// ones, or another session's), verbatim as contexts show them; `None` when there are none.
+fn pinned_block(
+    reader: &StoreReader,
+    marks: &Marks,
+    raw: &[Message],
+    large_file_tokens: u32,
+    counter: TokenCounter,
+) -> Result<Option<ContextItem>, StoreError> {
+    let in_tail: HashSet<MessageId> = raw.iter().map(|m| m.id).collect();
+    let mut shown = Vec::new();
+    for id in marks.pinned.iter().filter(|id| !in_tail.contains(id)) {
+        shown.push(shown_message(
+            reader,
+            reader.message(*id)?,
+            large_file_tokens,
+        )?);
+    }
+    if shown.is_empty() {
+        return Ok(None);
+    }
+    let text = render_pinned(&shown);
+    let tokens = counter.count_text(&text) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS);
+    Ok(Some(ContextItem::Pinned {
+        text,
+        tokens,
+        messages: shown.iter().map(|m| m.id).collect(),
+        elided: false,
+    }))
+}
+
+/// The pinned block's text: each message with its id, role and time, its parts as text.
+pub fn render_pinned(messages: &[Message]) -> String {
+    let mut text = String::from(
+        "<lcm_pinned>\nPinned with lcm_pin: kept verbatim here though no longer in the recent messages (lcm_pin with unpin releases one).",
+    );
+    for m in messages {
+        let _ = write!(
+            text,
+            "\n<message id=\"{}\" role=\"{}\" at=\"{}\">\n",
+            m.id, m.role, m.created_at
+        );
+        let parts: Vec<String> = m.parts.iter().filter_map(part_as_text).collect();
+        let shown = parts.join("\n");
+        if shown.trim().is_empty() {
+            text.push_str("(nothing a model is shown: reasoning only)");
+        } else {
+            text.push_str(shown.trim_end());
+        }
+        text.push_str("\n</message>");
+    }
+    text.push_str("\n</lcm_pinned>");
+    text
 }
 
 /// The open-commitments block of a context: what the digests of `summaries` leave open, less
@@ -318,8 +493,47 @@ impl AssembledContext {
     /// Makes the context fit `budget` tokens with `system_tokens` of system prompt beside it
     /// (see the module docs): unchanged when it fits; otherwise the oldest raw tool exchanges,
     /// then the oldest summaries, are replaced by markers naming them, then the largest parts
-    /// of what remains by references with a head excerpt. Fails when even that does not fit.
+    /// of what remains by references with a head excerpt, and only when that is not enough the
+    /// pinned block by a marker naming its messages. Fails when even that does not fit.
     pub fn fit(
+        mut self,
+        budget: u64,
+        system_tokens: u64,
+        counter: TokenCounter,
+    ) -> Result<AssembledContext, BudgetError> {
+        let block = self
+            .items
+            .iter()
+            .position(|i| matches!(i, ContextItem::Pinned { elided: false, .. }));
+        let over = self.tokens + system_tokens > budget;
+        let Some(block) = block.filter(|_| over) else {
+            return self.fit_items(budget, system_tokens, counter);
+        };
+        match self.clone().fit_items(budget, system_tokens, counter) {
+            Ok(fitted) => Ok(fitted),
+            Err(_) => {
+                if let ContextItem::Pinned {
+                    messages, tokens, ..
+                } = &self.items[block]
+                {
+                    let text = render_elided_pins(messages, *tokens);
+                    let marker_tokens =
+                        counter.count_text(&text) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS);
+                    self.items[block] = ContextItem::Pinned {
+                        text,
+                        tokens: marker_tokens,
+                        messages: messages.clone(),
+                        elided: true,
+                    };
+                }
+                self.tokens = self.items.iter().map(ContextItem::tokens).sum();
+                self.fit_items(budget, system_tokens, counter)
+            }
+        }
+    }
+
+    /// [`fit`](Self::fit) with the pinned block kept as it is.
+    fn fit_items(
         mut self,
         budget: u64,
         system_tokens: u64,
@@ -345,15 +559,22 @@ impl AssembledContext {
             .partition(
                 |i| matches!(i, ContextItem::Elided { summaries, .. } if !summaries.is_empty()),
             );
-        // The open commitments are kept whole: they are what compaction must never lose.
+        // The open commitments are kept whole: they are what compaction must never lose; and
+        // the pinned block (or its marker), which `fit` leaves out only as the last resort.
         let commitments: Option<ContextItem> = self
             .items
             .iter()
             .find(|i| matches!(i, ContextItem::Commitments { .. }))
             .cloned();
+        let pinned: Option<ContextItem> = self
+            .items
+            .iter()
+            .find(|i| matches!(i, ContextItem::Pinned { .. }))
+            .cloned();
         let fixed = earlier_summaries
             .iter()
             .chain(&earlier_raw)
+            .chain(&pinned)
             .chain(&commitments)
             .map(ContextItem::tokens)
             .sum::<u64>();
@@ -423,6 +644,7 @@ impl AssembledContext {
         items.extend(earlier_summaries);
         items.extend(summary_marker);
         items.extend(summaries);
+        items.extend(pinned);
         items.extend(commitments);
         items.extend(earlier_raw);
         items.extend(raw_marker);
@@ -609,6 +831,7 @@ impl AssembledContext {
             let tally = match item {
                 ContextItem::Summary { .. } => &mut breakdown.summaries,
                 ContextItem::Commitments { .. } => &mut breakdown.commitments,
+                ContextItem::Pinned { .. } => &mut breakdown.pinned,
                 ContextItem::Message(_) => &mut breakdown.messages,
                 ContextItem::Elided { .. } => &mut breakdown.elided,
             };
@@ -670,6 +893,7 @@ impl AssembledContext {
             match item {
                 ContextItem::Summary { rendered, .. }
                 | ContextItem::Elided { text: rendered, .. }
+                | ContextItem::Pinned { text: rendered, .. }
                 | ContextItem::Commitments { text: rendered, .. } => {
                     out.push(json!({"role": "user", "content": rendered}));
                 }
@@ -699,6 +923,7 @@ impl AssembledContext {
             match item {
                 ContextItem::Summary { rendered, .. }
                 | ContextItem::Elided { text: rendered, .. }
+                | ContextItem::Pinned { text: rendered, .. }
                 | ContextItem::Commitments { text: rendered, .. } => {
                     push("user", vec![json!({"type": "text", "text": rendered})]);
                 }

@@ -59,8 +59,8 @@ use lcm_store::{ApplyOutcome, Store, StoreError, StoreReader};
 use serde::Serialize;
 
 use crate::assembly::{
-    AssembledContext, ContextItem, assemble, files_attribute, open_after, render_summary,
-    shown_message,
+    AssembledContext, ContextItem, Marks, assemble, files_attribute, forgotten_message,
+    forgotten_summary, open_after, render_summary, shown_message,
 };
 
 /// Tokens reserved for the header the engine adds to every summary (id, kind, depth, times,
@@ -827,6 +827,9 @@ fn prepare(
 ) -> Result<Prepared, StoreError> {
     let reader = store.reader()?;
     let large = store.file_rules().large_file_tokens;
+    // What the context shows is what is summarised: a forgotten item as its pointer.
+    let marks = Marks::read(&reader, session)?;
+    let counter = store.counter();
     let mut files: Vec<FileId> = Vec::new();
     let mut add_files = |more: &mut dyn Iterator<Item = FileId>| {
         for f in more {
@@ -844,7 +847,10 @@ fn prepare(
             let mut paths: HashMap<String, FileId> = HashMap::new();
             for id in messages {
                 // What the context shows: a large file as its reference, not its payload.
-                let m = shown_message(&reader, reader.message(*id)?, large)?;
+                let mut m = shown_message(&reader, reader.message(*id)?, large)?;
+                if marks.is_forgotten(NodeRef::Message(*id)) {
+                    m = forgotten_message(m, counter);
+                }
                 if let Some(refs) = reader.message_files(*id)? {
                     add_files(&mut refs.refs.iter().map(|r| r.file));
                     for r in &refs.refs {
@@ -879,17 +885,18 @@ fn prepare(
         Pass::Condensed { depth, summaries } => {
             digest = stored_digests(&reader, summaries)?.map(|d| Digest::merge(&d));
             for id in summaries {
-                let s = reader.summary(*id)?;
-                input_tokens += u64::from(s.token_count);
+                let mut s = reader.summary(*id)?;
                 add_files(&mut s.file_ids.iter().copied());
                 // Without the sources' commitments sections: the engine writes the merged one.
+                let text = if marks.is_forgotten(NodeRef::Summary(*id)) {
+                    forgotten_summary(&mut s, counter)
+                } else {
+                    without_commitments(&s.content).to_string()
+                };
+                input_tokens += u64::from(s.token_count);
                 content.push_str(&format!(
                     "[{} depth {} {}..{}]\n{}\n\n",
-                    s.id,
-                    s.depth,
-                    s.earliest_at,
-                    s.latest_at,
-                    without_commitments(&s.content)
+                    s.id, s.depth, s.earliest_at, s.latest_at, text
                 ));
             }
             (

@@ -6,7 +6,8 @@
 //!
 //! - The tools listed are the runtime's tools for a main agent
 //!   ([`Runtime::tool_definitions`]: `lcm_grep`, `lcm_describe`, `lcm_expand_query`, `Task`,
-//!   `Tasks`, `llm_map`, `agentic_map`, the file tools and the host's own), with their names,
+//!   `Tasks`, `llm_map`, `agentic_map`, the file tools, `lcm_pin`, `lcm_forget` and the host's
+//!   own), with their names,
 //!   descriptions and JSON Schemas unchanged, followed by three MCP-only session tools
 //!   ([`session_tools`]: `lcm_sessions`, `lcm_append`, `lcm_context`).
 //! - By default the server works in no session: a runtime tool runs as a main agent outside

@@ -115,7 +115,7 @@ impl From<StoreError> for ApiError {
             | StoreError::SessionNotFound(_)
             | StoreError::SessionKeyNotFound(_)
             | StoreError::JobNotFound(_) => ApiError::not_found(message),
-            StoreError::SessionExists(_) | StoreError::InvalidJob(_) => {
+            StoreError::SessionExists(_) | StoreError::InvalidJob(_) | StoreError::Refused(_) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message)
             }
             StoreError::InvalidMessage(_) => {

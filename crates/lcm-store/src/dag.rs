@@ -40,19 +40,21 @@ pub(crate) struct SummaryRecord {
     pub created_at: Timestamp,
 }
 
-fn node_key(node: NodeRef) -> (u8, u64) {
+/// A node as keys hold it: (kind byte, number).
+pub(crate) fn node_key(node: NodeRef) -> (u8, u64) {
     match node {
         NodeRef::Message(id) => (NODE_MESSAGE, id.0),
         NodeRef::Summary(id) => (NODE_SUMMARY, id.0),
     }
 }
 
-fn node_from_key((kind, n): (u8, u64)) -> Result<NodeRef> {
+/// The node a (kind byte, number) key of `table` names.
+pub(crate) fn node_from_key(table: &'static str, (kind, n): (u8, u64)) -> Result<NodeRef> {
     match kind {
         NODE_MESSAGE => Ok(NodeRef::Message(MessageId(n))),
         NODE_SUMMARY => Ok(NodeRef::Summary(SummaryId(n))),
         other => Err(StoreError::Corrupt {
-            table: "summary_sources",
+            table,
             detail: format!("unknown node kind {other}"),
         }),
     }
@@ -333,7 +335,7 @@ impl StoreReader {
         let mut sources = Vec::new();
         for entry in sources_table.range((id.0, 0)..=(id.0, u32::MAX))? {
             let (_, node) = entry?;
-            sources.push(node_from_key(node.value())?);
+            sources.push(node_from_key("summary_sources", node.value())?);
         }
         Ok(record.into_summary(id.0, sources))
     }

@@ -29,6 +29,10 @@ pub enum StoreError {
     /// A map-job call that does not fit the job (bad spec, unknown item, wrong status, ...).
     #[error("map job: {0}")]
     InvalidJob(String),
+    /// A change the store's current state refuses (a pin past its cap, forgetting what the
+    /// context does not show): nothing was written.
+    #[error("refused: {0}")]
+    Refused(String),
     #[error(
         "the database was written by a newer lcm (schema {found}, this build reads up to {supported}): upgrade lcm"
     )]

@@ -4,6 +4,8 @@
 //! - [`store`]: sessions, messages and originals. Durable on return, append-only, atomic
 //!   batches; each message one [`record`] in lcm's own layout.
 //! - [`dag`]: the summary DAG and each session's context state, changed in one transaction.
+//! - [`marks`]: the agent's marks on its context (pinned messages, forgotten items), each
+//!   changed in one transaction that checks it.
 //! - [`files`]: file records (large payloads and file reads), registered in the append that
 //!   brings them.
 //! - [`map_jobs`]: database-backed map jobs (`llm_map` / `agentic_map`): atomic claims with
@@ -36,6 +38,7 @@ pub mod files;
 pub mod import;
 pub mod integrity;
 pub mod map_jobs;
+pub mod marks;
 mod message_rows;
 mod pipeline;
 #[doc(hidden)]
@@ -63,5 +66,6 @@ pub use map_jobs::{
     ClaimedItem, CommitOutcome, FailureKind, ItemContent, ItemFailure, ItemInput, ItemOutcome,
     ItemReport, ItemState, JobStatus, MapItem, MapItems, MapJob, MapJobSpec, MapKind, MapProgress,
 };
+pub use marks::Pinned;
 pub use record_source::{RecordReader, RecordSource};
 pub use store::{Appended, PreparedAppend, Store, StoreOptions, StoreReader, StoreStats};

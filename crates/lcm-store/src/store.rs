@@ -418,6 +418,7 @@ impl Store {
             txn.open_table(tables::MESSAGE_FILES)?;
             txn.open_table(tables::FILE_MESSAGES)?;
             txn.open_table(tables::READ_CALLS)?;
+            txn.open_table(tables::CONTEXT_MARKS)?;
             // A store written before schema 4 gets the file records its messages would have.
             if let Layout::Older(found) = layout
                 && found < 4

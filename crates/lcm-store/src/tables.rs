@@ -27,6 +27,7 @@
 //! | `file_hashes` | SHA-256 of the content (of `path:` + the path, for a file part without content) | file | once: the same content is one record |
 //! | `message_files` | message | `MessageFiles`: the message's file references, and its tokens as a context shows it | with the message, in its append |
 //! | `file_messages` | (file, message) | () | every message that references a file |
+//! | `context_marks` | (session, node kind byte, number) | (mark byte, ms since the epoch): a message the agent pinned, or a raw message or top-level summary it set aside (see `marks.rs`) | on `lcm_pin` / `lcm_forget`; removed on unpin / restore |
 //! | `read_calls` | (session, tool call id) | path the call reads | with the call's message, so its result (later) links to the path |
 //!
 //! Messages are keyed by a global, append-ordered number so that "every message after the index
@@ -76,6 +77,14 @@ pub const MESSAGE_FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("mes
 pub const FILE_MESSAGES: TableDefinition<(u64, u64), ()> = TableDefinition::new("file_messages");
 /// (session, tool call id) -> the path a file-reading call reads.
 pub const READ_CALLS: TableDefinition<(u64, &str), &str> = TableDefinition::new("read_calls");
+/// (session, node kind byte, number) -> (mark byte, ms since the epoch): the agent's marks on
+/// its context ([`lcm_core::summary::ContextMark`], see `marks.rs`).
+pub const CONTEXT_MARKS: TableDefinition<MarkKey, MarkValue> =
+    TableDefinition::new("context_marks");
+/// A `context_marks` key: (session, node kind byte, number).
+pub type MarkKey = (u64, u8, u64);
+/// A `context_marks` value: (mark byte, ms since the epoch).
+pub type MarkValue = (u8, i64);
 /// Map jobs (`llm_map` / `agentic_map`), see [`crate::map_jobs`].
 pub const MAP_JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("map_jobs");
 /// (job, item index) -> item record.

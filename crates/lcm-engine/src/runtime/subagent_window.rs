@@ -141,9 +141,9 @@ pub fn context_turns(context: &AssembledContext) -> Vec<ChatTurn> {
     for item in &context.items {
         match item {
             ContextItem::Summary { rendered, .. } => out.push(ChatTurn::User(rendered.clone())),
-            ContextItem::Elided { text, .. } | ContextItem::Commitments { text, .. } => {
-                out.push(ChatTurn::User(text.clone()))
-            }
+            ContextItem::Elided { text, .. }
+            | ContextItem::Pinned { text, .. }
+            | ContextItem::Commitments { text, .. } => out.push(ChatTurn::User(text.clone())),
             ContextItem::Message(m) => message_turns(m, &calls, &mut out),
         }
     }

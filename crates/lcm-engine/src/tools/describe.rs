@@ -4,7 +4,7 @@ use crate::assembly::assemble;
 use crate::commitments::{CommitmentStatus, session_commitments};
 use async_trait::async_trait;
 use lcm_core::ids::{AnyId, MessageId, SessionId, SummaryId};
-use lcm_core::summary::NodeRef;
+use lcm_core::summary::{ContextMark, NodeRef};
 use lcm_store::StoreReader;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -287,6 +287,14 @@ fn describe_session(
     let context = &assembled.state;
     let ledger = session_commitments(&ctx.store, id).map_err(store_err(NAME))?;
     let count = |status| ledger.iter().filter(|e| e.status == status).count();
+    let marks = reader.marks(id).map_err(store_err(NAME))?;
+    let marked = |mark| {
+        marks
+            .iter()
+            .filter(|m| m.mark == mark)
+            .map(|m| m.node.to_string())
+            .collect::<Vec<_>>()
+    };
     let listed = &ledger[ledger.len().saturating_sub(DESCRIBE_COMMITMENTS)..];
     Ok(json!({
         "id": s.id,
@@ -304,6 +312,8 @@ fn describe_session(
             "raw_messages": s.message_count.saturating_sub(context.raw_from),
             "tokens": assembled.tokens,
             "breakdown": assembled.breakdown(),
+            "pinned": marked(ContextMark::Pinned),
+            "forgotten": marked(ContextMark::Forgotten),
         },
         "commitments": {
             "open": count(CommitmentStatus::Open),

@@ -110,7 +110,7 @@ impl ToolError {
             StoreError::SessionNotFound(id) => not_found(id.to_string(), &error),
             StoreError::FileNotFound(id) => not_found(id.to_string(), &error),
             StoreError::SessionKeyNotFound(key) => not_found(key.clone(), &error),
-            StoreError::InvalidQuery(_) | StoreError::InvalidCursor(_) => {
+            StoreError::InvalidQuery(_) | StoreError::InvalidCursor(_) | StoreError::Refused(_) => {
                 ToolError::InvalidRequest {
                     tool,
                     message: error.to_string(),

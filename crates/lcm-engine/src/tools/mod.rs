@@ -14,10 +14,14 @@
 //! - [`LcmReadFile`] (`lcm_read_file`): a file record's content by line range, as the session
 //!   saw it (or from disk when unchanged); sub-agents only. `lcm_describe file_N` describes
 //!   a record.
+//! - [`LcmPin`] (`lcm_pin`) and [`LcmForget`] (`lcm_forget`): the main agent keeps a message
+//!   in view verbatim past compaction, or sets an item of its context aside behind a pointer
+//!   (one mark in the store each; nothing is deleted).
 //!
-//! The tools are read-only. Store reads are blocking (redb), so each call runs them on
+//! The retrieval tools are read-only; `lcm_pin` and `lcm_forget` write only their mark. Store reads are blocking (redb), so each call runs them on
 //! tokio's blocking pool. Errors are [`ToolError`]s whose text is written for the model.
 
+mod context_marks;
 mod delegation;
 mod describe;
 mod error;
@@ -33,6 +37,7 @@ mod util;
 
 use std::sync::Arc;
 
+pub use context_marks::{LcmForget, LcmPin};
 pub use delegation::{
     DEFAULT_EXPAND_QUERY_TOKENS, DelegateKind, DelegateOutcome, DelegateRequest, Delegator,
     LcmExpandQuery, TaskTool, TasksTool, cited_ids,
@@ -58,5 +63,7 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(LcmExpandQuery),
         Arc::new(TaskTool),
         Arc::new(TasksTool),
+        Arc::new(LcmPin),
+        Arc::new(LcmForget),
     ]
 }

@@ -2,8 +2,9 @@
 //! stays reachable (in the context, under a summary in it, or named by an elision marker), and
 //! tool calls are never split from their results, over random sessions (messages from a few
 //! tokens to several times the budget, tool exchanges, file reads, images), random budgets from
-//! 2k to 200k tokens, with and without compaction having run; through the assembly every path
-//! uses and through the runtime's `SessionHandle::context`.
+//! 2k to 200k tokens, with and without compaction having run, with messages pinned and items
+//! forgotten by the agent; through the assembly every path uses and through the runtime's
+//! `SessionHandle::context`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -215,7 +216,7 @@ fn check(store: &Store, session: SessionId, ctx: &AssembledContext, budget: u64)
     );
     // The breakdown by kind accounts for every item and token, each under its own kind.
     let b = ctx.breakdown();
-    let tallies = [b.summaries, b.commitments, b.messages, b.elided];
+    let tallies = [b.summaries, b.pinned, b.commitments, b.messages, b.elided];
     assert_eq!(tallies.iter().map(|t| t.tokens).sum::<u64>(), ctx.tokens);
     assert_eq!(
         tallies.iter().map(|t| t.items).sum::<u64>(),
@@ -231,6 +232,7 @@ fn check(store: &Store, session: SessionId, ctx: &AssembledContext, budget: u64)
         kind(|i| matches!(i, ContextItem::Elided { .. }))
     );
     assert!(b.commitments.items <= 1);
+    assert!(b.pinned.items <= 1);
     // What a context says a message costs is what it shows.
     let mut shown: HashSet<MessageId> = HashSet::new();
     let mut in_context: HashSet<SummaryId> = HashSet::new();
@@ -257,6 +259,8 @@ fn check(store: &Store, session: SessionId, ctx: &AssembledContext, budget: u64)
                 elided_spans.extend(*messages);
                 in_context.extend(summaries.iter().copied());
             }
+            // The pinned block names what it shows, or what it had no room for.
+            ContextItem::Pinned { messages, .. } => shown.extend(messages.iter().copied()),
             ContextItem::Commitments { .. } => {}
         }
     }
@@ -298,10 +302,33 @@ proptest! {
         turns in prop::collection::vec(turn(), 1..14),
         budget in 2_000u64..200_000,
         compacted in any::<bool>(),
+        pins in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        forgets in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        forget_summary in any::<Option<prop::sample::Index>>(),
     ) {
         let store = store();
         let s = store.create_session("random", None).unwrap();
-        store.append_batch(s, messages(&turns, budget)).unwrap();
+        let ids: Vec<MessageId> = store
+            .append_batch(s, messages(&turns, budget))
+            .unwrap()
+            .iter()
+            .map(|a| a.id)
+            .collect();
+        // Marks made before compaction: pins within a cap of a tenth of the window (a pin
+        // past it is refused), forgets of raw messages.
+        for pin in &pins {
+            match store.pin(s, *pin.get(&ids), budget / 10) {
+                Ok(_) | Err(lcm_store::StoreError::Refused(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        for forget in &forgets {
+            let node = NodeRef::Message(*forget.get(&ids));
+            match store.forget(s, node) {
+                Ok(_) | Err(lcm_store::StoreError::Refused(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
         let budget = effective_budget(budget, SAFETY_MARGIN);
         if compacted {
             let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
@@ -309,6 +336,10 @@ proptest! {
             runtime
                 .block_on(compact(&store, s, budget, &compaction_config(), &summarizer, |_| {}))
                 .unwrap();
+            let tops = store.context(s).unwrap().summaries;
+            if let (Some(pick), false) = (forget_summary, tops.is_empty()) {
+                store.forget(s, NodeRef::Summary(*pick.get(&tops))).unwrap();
+            }
         }
         let ctx = assemble(&store, s).unwrap();
         let fitted = ctx.fit(budget, 0, counter()).unwrap();

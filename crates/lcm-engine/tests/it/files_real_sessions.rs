@@ -138,7 +138,9 @@ async fn real_sessions_replayed_stay_in_budget_and_keep_every_file_read_reachabl
                             named.extend(files.refs.iter().map(|r| r.file));
                         }
                     }
-                    ContextItem::Elided { .. } | ContextItem::Commitments { .. } => {}
+                    ContextItem::Elided { .. }
+                    | ContextItem::Pinned { .. }
+                    | ContextItem::Commitments { .. } => {}
                 }
             }
             assert!(!tops.is_empty(), "{name}: nothing was compacted");

@@ -12,6 +12,7 @@ mod budget;
 mod commitments;
 mod commitments_labelled;
 mod compaction;
+mod context_marks;
 mod controller;
 mod file_records;
 mod file_tools;

@@ -265,7 +265,9 @@ async fn definitions_export_in_both_provider_shapes() {
             "lcm_read_file",
             "lcm_expand_query",
             "Task",
-            "Tasks"
+            "Tasks",
+            "lcm_pin",
+            "lcm_forget"
         ]
     );
     let openai = registry.export(ToolFormat::OpenAi);
@@ -304,7 +306,9 @@ async fn definitions_export_in_both_provider_shapes() {
             "lcm_describe",
             "lcm_expand_query",
             "Task",
-            "Tasks"
+            "Tasks",
+            "lcm_pin",
+            "lcm_forget"
         ]
     );
     let sub = registry.export_for(ToolFormat::Anthropic, &Caller::sub_agent(None, 1));
@@ -406,6 +410,8 @@ async fn registration_rejects_duplicates_and_unusable_definitions() {
             "lcm_expand_query",
             "Task",
             "Tasks",
+            "lcm_pin",
+            "lcm_forget",
             "echo"
         ]
     );
@@ -531,7 +537,7 @@ async fn invalid_arguments_name_each_pointer_and_nothing_runs() {
     assert!(available.contains(&"lcm_grep".to_owned()));
     assert!(
         err.to_string().contains(
-            "lcm_grep, lcm_describe, lcm_expand, lcm_read_file, lcm_expand_query, Task, Tasks, echo"
+            "lcm_grep, lcm_describe, lcm_expand, lcm_read_file, lcm_expand_query, Task, Tasks, lcm_pin, lcm_forget, echo"
         ),
         "{err}"
     );

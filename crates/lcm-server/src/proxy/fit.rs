@@ -326,6 +326,7 @@ impl Plan {
         match &mut unit.item {
             ContextItem::Summary { rendered, .. }
             | ContextItem::Elided { text: rendered, .. }
+            | ContextItem::Pinned { text: rendered, .. }
             | ContextItem::Commitments { text: rendered, .. } => {
                 let budget = u32::try_from(target).unwrap_or(u32::MAX);
                 *rendered = truncate_middle(&counter, rendered, budget);

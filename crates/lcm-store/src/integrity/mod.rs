@@ -21,6 +21,8 @@
 //! - **context**: each session's context lists exactly its uncovered (top-level) summaries,
 //!   of that session, in order, followed by the raw tail from `raw_from` = the last one's
 //!   `last_seq + 1`, so that every message of the session is reached exactly once;
+//! - **context marks**: each names an existing session and a node it may carry (a pin an
+//!   existing message, a forget a node of that session); repair: remove the mark;
 //! - **index** (when a [`DerivedIndex`] is given): the redb copy of the watermark equals the
 //!   watermark in the tantivy commit, which is at most the next message id, and the index holds
 //!   exactly one document per message below it.
@@ -54,7 +56,7 @@
 //!    `dag` (its summaries, their sources, derived fields and cover edges, using `derived`),
 //!    `context` (its context state);
 //! 3. the store-wide scans of rows the walk did not account for (`messages`, `sessions`,
-//!    `dag`, `context`), then `files` and `digests`;
+//!    `dag`, `context`), then `files`, `digests` and `marks`;
 //! 4. `index`, after the read transaction is closed.
 //!
 //! [`repair`] and the typed step each repair returns are in `repairs`.
@@ -62,6 +64,7 @@
 use std::fmt;
 
 use lcm_core::ids::{MessageId, SessionId, SummaryId};
+use lcm_core::summary::NodeRef;
 use redb::ReadableTable;
 use serde::Serialize;
 
@@ -77,6 +80,7 @@ mod derived;
 mod digests;
 mod files;
 mod index;
+mod marks;
 mod messages;
 mod repairs;
 mod sessions;
@@ -243,6 +247,10 @@ pub enum ViolationKind {
     /// A summary digest whose summary does not exist (subject: the summary id). No repair
     /// (digests are written with their summaries).
     OrphanDigest,
+    /// A mark on a context (`context_marks`) that names a missing session or node, a pin on a
+    /// summary, or a forget of another session's node (subject: session and node). Repair:
+    /// [`Repair::RemoveMark`].
+    ContextMarks,
 }
 
 impl ViolationKind {
@@ -278,6 +286,7 @@ impl ViolationKind {
             ViolationKind::IndexDocCount => "index_doc_count",
             ViolationKind::FileRecords => "file_records",
             ViolationKind::OrphanDigest => "orphan_digest",
+            ViolationKind::ContextMarks => "context_marks",
         }
     }
 }
@@ -351,6 +360,14 @@ pub enum Repair {
         /// The watermark the index had at check time.
         watermark: MessageId,
     },
+    /// Remove the agent's mark on `node` in `session`'s context (a mark is a request about
+    /// what the context shows, not content).
+    RemoveMark {
+        /// The session.
+        session: SessionId,
+        /// The marked node.
+        node: NodeRef,
+    },
     /// Rebuild the search index from the store (needs the index).
     Reindex,
 }
@@ -369,6 +386,7 @@ impl fmt::Display for Repair {
             Repair::SetIndexWatermark { watermark } => {
                 write!(f, "set_index_watermark {}", watermark.0)
             }
+            Repair::RemoveMark { session, node } => write!(f, "remove_mark {session} {node}"),
             Repair::Reindex => f.write_str("reindex"),
         }
     }
@@ -420,7 +438,7 @@ const PER_SESSION: [SessionChecker; 7] = [
 
 /// After the session walk: the rows the walk did not account for (each scan runs only when a
 /// table's size and the walk's tally of it differ), then the tables not keyed by session.
-const AFTER_WALK: [StoreChecker; 12] = [
+const AFTER_WALK: [StoreChecker; 13] = [
     messages::stray_runs,
     messages::stray_messages,
     messages::stray_originals,
@@ -433,6 +451,7 @@ const AFTER_WALK: [StoreChecker; 12] = [
     context::stray_contexts,
     files::check,
     digests::check,
+    marks::check,
 ];
 
 /// What the check and the repairs need of the search index derived from the store (the
@@ -504,7 +523,7 @@ pub fn check(store: &Store, index: Option<&dyn DerivedIndex>) -> Result<Integrit
 mod tests {
     use super::*;
 
-    const KINDS: [ViolationKind; 29] = [
+    const KINDS: [ViolationKind; 30] = [
         ViolationKind::UndecodableRecord,
         ViolationKind::CounterBehind,
         ViolationKind::MissingMessage,
@@ -534,6 +553,7 @@ mod tests {
         ViolationKind::IndexDocCount,
         ViolationKind::FileRecords,
         ViolationKind::OrphanDigest,
+        ViolationKind::ContextMarks,
     ];
 
     #[test]
@@ -567,6 +587,15 @@ mod tests {
             "set_index_watermark 9"
         );
         assert_eq!(Repair::Reindex.to_string(), "reindex");
+        let r = Repair::RemoveMark {
+            session: SessionId(2),
+            node: NodeRef::Message(MessageId(7)),
+        };
+        assert_eq!(r.to_string(), "remove_mark ses_2 msg_7");
+        assert_eq!(
+            serde_json::to_value(&r).expect("serialize"),
+            serde_json::json!({"repair": "remove_mark", "session": "ses_2", "node": "msg_7"})
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use lcm_core::ids::{MessageId, SessionId, SummaryId};
-use lcm_core::summary::{ContextState, SummaryKind};
+use lcm_core::summary::{ContextState, NodeRef, SummaryKind};
 use redb::{ReadableTable, WriteTransaction};
 
 use super::DerivedIndex;
@@ -90,6 +90,7 @@ pub fn repair(
             Repair::SetIndexWatermark { watermark } => {
                 set_index_watermark(store, index, *watermark)?
             }
+            Repair::RemoveMark { session, node } => remove_mark(store, *session, *node)?,
             Repair::Reindex => reindex_store(store, index)?,
         };
         match step {
@@ -401,6 +402,24 @@ fn reindex_store(store: &Store, index: Option<&dyn DerivedIndex>) -> Result<Repa
             "needs the search index (`lcm doctor --repair` opens it, or run `lcm reindex`)",
         ),
     }
+}
+
+fn remove_mark(store: &Store, session: SessionId, node: NodeRef) -> Result<RepairStep> {
+    in_write_txn(store, |txn| {
+        let (kind, number) = crate::dag::node_key(node);
+        let key = (session.0, kind, number);
+        let removed = txn
+            .open_table(tables::CONTEXT_MARKS)?
+            .remove(key)?
+            .is_some();
+        if removed {
+            Ok(RepairStep::Applied {
+                detail: format!("removed the mark on {node} in {session}"),
+            })
+        } else {
+            RepairStep::skipped("the mark is gone already")
+        }
+    })
 }
 
 #[cfg(test)]

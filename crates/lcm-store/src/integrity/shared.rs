@@ -40,6 +40,8 @@ pub(super) struct Tables {
     pub(super) files: Option<FileTables>,
     /// The summary digests (`None` in a store of schema 4, which has none).
     pub(super) digests: Option<ReadOnlyTable<u64, &'static [u8]>>,
+    /// The agent's marks (`None` in a store written before they existed).
+    pub(super) marks: Option<ReadOnlyTable<tables::MarkKey, tables::MarkValue>>,
 }
 
 /// The file tables of a store that has them.
@@ -68,6 +70,11 @@ impl Tables {
             Err(redb::TableError::TableDoesNotExist(_)) => None,
             Err(e) => return Err(e.into()),
         };
+        let marks = match txn.open_table(tables::CONTEXT_MARKS) {
+            Ok(table) => Some(table),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
         Ok(Tables {
             meta: txn.open_table(tables::META)?,
             sessions: txn.open_table(tables::SESSIONS)?,
@@ -83,6 +90,7 @@ impl Tables {
             context: txn.open_table(tables::CONTEXT)?,
             files,
             digests,
+            marks,
         })
     }
 }

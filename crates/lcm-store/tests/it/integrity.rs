@@ -1507,3 +1507,63 @@ fn digest_of_a_summary_that_does_not_exist() {
         |_| vec![v(ViolationKind::OrphanDigest, "sum_99", false)],
     );
 }
+
+#[test]
+fn context_marks_on_nothing_are_removed_and_sound_ones_kept() {
+    run_case(
+        |txn, fx| {
+            let mut marks = txn.open_table(tables::CONTEXT_MARKS).unwrap();
+            // Sound: a pin of a message of another session, a forget of a raw message.
+            marks
+                .insert((fx.alpha.0, NODE_MESSAGE, fx.b[0].0), (1, 0))
+                .unwrap();
+            marks
+                .insert((fx.alpha.0, NODE_MESSAGE, fx.a[11].0), (2, 0))
+                .unwrap();
+            // Broken: a missing message, a pin of a summary, a forget of another session's
+            // summary, a session that does not exist, an unknown mark.
+            marks
+                .insert((fx.alpha.0, NODE_MESSAGE, 999), (1, 0))
+                .unwrap();
+            marks
+                .insert((fx.alpha.0, NODE_SUMMARY, fx.l2.0), (1, 0))
+                .unwrap();
+            marks
+                .insert((fx.alpha.0, NODE_SUMMARY, fx.lb.0), (2, 0))
+                .unwrap();
+            marks.insert((77, NODE_MESSAGE, fx.a[0].0), (1, 0)).unwrap();
+            marks
+                .insert((fx.beta.0, NODE_MESSAGE, fx.b[5].0), (9, 0))
+                .unwrap();
+        },
+        |fx| {
+            vec![
+                v(
+                    ViolationKind::ContextMarks,
+                    format!("{} msg_999", fx.alpha),
+                    true,
+                ),
+                v(
+                    ViolationKind::ContextMarks,
+                    format!("{} {}", fx.alpha, fx.l2),
+                    true,
+                ),
+                v(
+                    ViolationKind::ContextMarks,
+                    format!("{} {}", fx.alpha, fx.lb),
+                    true,
+                ),
+                v(
+                    ViolationKind::ContextMarks,
+                    format!("ses_77 {}", fx.a[0]),
+                    true,
+                ),
+                v(
+                    ViolationKind::ContextMarks,
+                    format!("{} {}", fx.beta, fx.b[5]),
+                    true,
+                ),
+            ]
+        },
+    );
+}
