@@ -14,7 +14,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use lcm::core::config::CompactionConfig;
 use lcm::core::digest::OpenItems;
 use lcm::core::message::NewMessage;
-use lcm::core::summary::{NewSummary, NodeRef, SummaryKind};
+use lcm::core::summary::{ContextMark, NewSummary, NodeRef, SummaryKind};
 use lcm::engine::{assemble, compact};
 use lcm::llm::structured::{extract, render};
 use lcm::llm::summarize::{Summarizer, SummaryCall};
@@ -188,6 +188,36 @@ fn assembly(c: &mut Criterion) {
         group.bench_function(format!("assemble_and_render_openai/{n}_messages"), |b| {
             b.iter(|| assemble(&store, session).expect("assemble").to_openai(None))
         });
+        // The same context with the agent's marks: three summarised messages pinned (shown
+        // in the pinned block) and four raw ones forgotten (shown as pointers).
+        let count = store.session(session).expect("session").message_count;
+        let reader = store.reader().expect("reader");
+        let pinned = reader.session_messages(session, 0..3).expect("messages");
+        let forgotten = reader
+            .session_messages(session, count - 4..count)
+            .expect("messages");
+        drop(reader);
+        for m in &pinned {
+            store.pin(session, m.id, 100_000).expect("pin");
+        }
+        for m in &forgotten {
+            store
+                .forget(session, NodeRef::Message(m.id))
+                .expect("forget");
+        }
+        group.bench_function(format!("assemble_with_marks/{n}_messages"), |b| {
+            b.iter(|| assemble(&store, session).expect("assemble"))
+        });
+        for m in &pinned {
+            store
+                .clear_mark(session, NodeRef::Message(m.id), ContextMark::Pinned)
+                .expect("unpin");
+        }
+        for m in &forgotten {
+            store
+                .clear_mark(session, NodeRef::Message(m.id), ContextMark::Forgotten)
+                .expect("restore");
+        }
         // The same session with large payloads in its tail: two tool results of about 40k
         // tokens each (file records, shown by reference) and a small file read.
         append_file_tail(&store, session);
