@@ -4,7 +4,7 @@
 //! way a context changes: one write transaction checks that the span the summary covers is still
 //! exactly what the context holds (otherwise the prepared summary is stale and nothing is
 //! written), writes the summary, its ordered sources, the covered-by edges, and the session's new
-//! context state. A crash at any point leaves the old context or the new one, never a mix.
+//! context state (and drops the marks of forgotten sources, which the context no longer shows). A crash at any point leaves the old context or the new one, never a mix.
 
 use lcm_core::digest::Digest;
 use lcm_core::files::MessageFiles;
@@ -235,6 +235,9 @@ impl Store {
             }
             txn.open_table(tables::SESSION_SUMMARIES)?
                 .insert((new.session.0, id), ())?;
+            // A forgotten source leaves the context with this summary: its mark would name
+            // nothing the context shows, so it goes (pins stay: they outlive compaction).
+            crate::marks::drop_forgotten(&txn, new.session, &new.sources)?;
 
             // The new summary takes the place of its sources.
             new_state.summaries.insert(insert_at, SummaryId(id));

@@ -6,7 +6,9 @@
 //! is in the session's context right now (a raw message from `raw_from` on, or a top-level
 //! summary), so a compaction committed a moment before cannot make it mark what the model no
 //! longer sees. Nothing else is written: the DAG, the context state and the messages stay as
-//! they are, so marks never cost losslessness, and removing one restores exactly what was.
+//! they are, so marks never cost losslessness, and removing one restores exactly what was. A
+//! forgotten node's mark goes when a summary covers it (in `apply_summary`'s transaction): the
+//! context no longer shows it, and the table stays as small as the context.
 //!
 //! A store written before marks existed has no `context_marks` table: it reads as having none
 //! (a writable open creates the table).
@@ -188,6 +190,27 @@ impl StoreReader {
         }
         Ok(out)
     }
+}
+
+/// Removes the `Forgotten` marks of `sources` in `session` (a summary covering them is being
+/// applied in `txn`), so the table holds no more forgotten rows than the context has items.
+pub(crate) fn drop_forgotten(
+    txn: &WriteTransaction,
+    session: SessionId,
+    sources: &[NodeRef],
+) -> Result<()> {
+    let mut marks = txn.open_table(tables::CONTEXT_MARKS)?;
+    for source in sources {
+        let key = node_key(session, *source);
+        let forgotten = match marks.get(key)? {
+            Some(v) => v.value().0 == ContextMark::Forgotten.to_byte(),
+            None => false,
+        };
+        if forgotten {
+            marks.remove(key)?;
+        }
+    }
+    Ok(())
 }
 
 fn node_key(session: SessionId, node: NodeRef) -> tables::MarkKey {

@@ -376,6 +376,8 @@ async fn compaction_summarises_forgotten_messages_as_their_pointers() {
         .unwrap();
     assert!(report.reached_goal, "{report:?}");
     assert!(store.covering(NodeRef::Message(result)).unwrap().is_some());
+    // The mark went with the message's place in the context.
+    assert!(store.marks(s).unwrap().is_empty());
     for summary in store.session_summaries(s).unwrap() {
         assert!(
             !summary.content.contains("marker-noisy-log"),
