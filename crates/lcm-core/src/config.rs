@@ -833,6 +833,10 @@ pub struct ProxyConfig {
     /// Add `lcm_grep`, `lcm_describe` and `lcm_expand_query` to the tools of requests that let
     /// the model choose its tools, and run the calls the model makes to them.
     pub inject_tools: bool,
+    /// With `inject_tools`, also add `lcm_pin` and `lcm_forget` (never for a tenant): the model
+    /// keeps what it must see verbatim past compaction and sets aside what it no longer needs,
+    /// at the cost of their definitions in every request.
+    pub inject_context_tools: bool,
     /// Rounds of lcm tool calls the proxy runs for one client request before it asks the model
     /// for an answer without tools.
     pub max_tool_rounds: u32,
@@ -858,6 +862,7 @@ impl Default for ProxyConfig {
             anthropic_base_url: "https://api.anthropic.com/v1".to_owned(),
             context_budget_tokens: 100_000,
             inject_tools: true,
+            inject_context_tools: false,
             max_tool_rounds: 4,
             timeout_s: 600,
             summary_calls_per_window: 20,

@@ -94,6 +94,8 @@ const SESSION_ID_HEADER: &str = "x-lcm-session-id";
 
 /// The lcm tools the proxy adds for the admin (and on an open loopback daemon).
 const LCM_TOOLS: [&str; 3] = ["lcm_grep", "lcm_describe", "lcm_expand_query"];
+/// Added to [`LCM_TOOLS`] with `proxy.inject_context_tools`: the model shapes its context.
+const CONTEXT_TOOLS: [&str; 2] = ["lcm_pin", "lcm_forget"];
 /// The lcm tools a tenant gets (their reach is checked against its sessions).
 const TENANT_TOOLS: [&str; 2] = ["lcm_grep", "lcm_describe"];
 /// Longest session key.
@@ -378,10 +380,16 @@ fn injected_tools(
     {
         return Injected::default();
     }
-    let allowed: &[&str] = if principal.is_tenant() {
-        &TENANT_TOOLS
+    let context_tools = state.inner.config.proxy.inject_context_tools && !principal.is_tenant();
+    let allowed: Vec<&str> = if principal.is_tenant() {
+        TENANT_TOOLS.to_vec()
     } else {
-        &LCM_TOOLS
+        let extra = if context_tools {
+            &CONTEXT_TOOLS[..]
+        } else {
+            &[]
+        };
+        LCM_TOOLS.iter().chain(extra).copied().collect()
     };
     let theirs: HashSet<&str> = base
         .get("tools")

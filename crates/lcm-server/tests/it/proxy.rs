@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::common::{Setup, TestServer, start};
 use axum::body::{Body, Bytes};
 use lcm_core::message::{Message, Part, Role};
+use lcm_core::summary::NodeRef;
 use lcm_core::tokens::TokenCounter;
 use lcm_llm::testing::{ScriptedReply, ScriptedServer};
 use reqwest::StatusCode;
@@ -412,6 +413,64 @@ async fn lcm_tool_calls_run_inside_the_proxy() {
         text.contains("lcm_proxy_tool_calls_total{tool=\"lcm_grep\"} 1"),
         "{text}"
     );
+}
+
+/// With `proxy.inject_context_tools`, the model is offered `lcm_pin` and `lcm_forget` too, and
+/// a pin it makes is written in the request's session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_context_tools_are_offered_when_asked_for_and_pin_in_the_session() {
+    let upstream = ScriptedServer::start().await;
+    let server = daemon(&upstream.url(), |setup| {
+        setup.config.proxy.inject_context_tools = true;
+    })
+    .await;
+    let session = [("x-lcm-session", "pin-demo")];
+    let mut history = vec![json!({"role": "user", "content": "The deploy code is ZEBRA-7781."})];
+    upstream.push(ScriptedReply::ok("Noted."));
+    let reply = chat(
+        &server,
+        &json!({"model": "m", "messages": history}),
+        &session,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let first = stored(&server, "pin-demo")[0].id;
+    history.push(json!({"role": "assistant", "content": "Noted."}));
+    history.push(json!({"role": "user", "content": "Keep that code in view."}));
+    upstream.push(ScriptedReply::tool_calls([(
+        "lcm_pin",
+        format!(r#"{{"id": "{first}"}}"#).as_str(),
+    )]));
+    upstream.push(ScriptedReply::ok("Pinned."));
+    let reply = chat(
+        &server,
+        &json!({"model": "m", "messages": history}),
+        &session,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+
+    let requests = upstream.requests();
+    assert_eq!(
+        tool_names(&requests[1].body),
+        [
+            "lcm_grep",
+            "lcm_describe",
+            "lcm_expand_query",
+            "lcm_pin",
+            "lcm_forget"
+        ]
+    );
+    let messages = requests[2].body["messages"].as_array().unwrap();
+    let result: Value =
+        serde_json::from_str(messages[messages.len() - 1]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["pinned"], true, "{result}");
+    let store = server.runtime.store();
+    let id = store.session_id_for_key("pin-demo").unwrap().unwrap();
+    assert_eq!(result["session"], json!(id));
+    let marks = store.marks(id).unwrap();
+    assert_eq!(marks.len(), 1);
+    assert_eq!(marks[0].node, NodeRef::Message(first));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
