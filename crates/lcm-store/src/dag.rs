@@ -4,7 +4,8 @@
 //! way a context changes: one write transaction checks that the span the summary covers is still
 //! exactly what the context holds (otherwise the prepared summary is stale and nothing is
 //! written), writes the summary, its ordered sources, the covered-by edges, and the session's new
-//! context state (and drops the marks of forgotten sources, which the context no longer shows). A crash at any point leaves the old context or the new one, never a mix.
+//! context state (and drops the marks of forgotten sources, which the context no longer
+//! shows). A crash at any point leaves the old context or the new one, never a mix.
 
 use lcm_core::digest::Digest;
 use lcm_core::files::MessageFiles;

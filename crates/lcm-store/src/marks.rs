@@ -48,23 +48,19 @@ impl Store {
         let txn = self.db.begin_write()?;
         let pinned = {
             session_exists(&txn, session)?;
-            let large = self.file_rules().large_file_tokens;
-            let tokens = shown_tokens(&txn, message, large)?;
+            let tokens = shown_tokens(&txn, message)?;
             let mut marks = txn.open_table(tables::CONTEXT_MARKS)?;
             let key = (session.0, NODE_MESSAGE, message.0);
-            let before = match marks.get(key)? {
-                Some(v) => Some(decode_mark(v.value().0)?),
-                None => None,
-            };
+            let before = mark_at(&marks, key)?;
             if before == Some(ContextMark::Pinned) {
-                let total_tokens = pinned_tokens(&txn, &marks, session, large)?;
+                let total_tokens = pinned_tokens(&txn, &marks, session)?;
                 return Ok(Pinned {
                     tokens,
                     total_tokens,
                     before,
                 });
             }
-            let others = pinned_tokens(&txn, &marks, session, large)?;
+            let others = pinned_tokens(&txn, &marks, session)?;
             let total_tokens = others + tokens;
             if max_tokens == 0 {
                 return Err(StoreError::Refused(
@@ -120,10 +116,7 @@ impl Store {
             }
             let mut marks = txn.open_table(tables::CONTEXT_MARKS)?;
             let key = node_key(session, node);
-            let before = match marks.get(key)? {
-                Some(v) => Some(decode_mark(v.value().0)?),
-                None => None,
-            };
+            let before = mark_at(&marks, key)?;
             if before != Some(ContextMark::Forgotten) {
                 marks.insert(
                     key,
@@ -144,11 +137,7 @@ impl Store {
             session_exists(&txn, session)?;
             let mut marks = txn.open_table(tables::CONTEXT_MARKS)?;
             let key = node_key(session, node);
-            let current = match marks.get(key)? {
-                Some(v) => Some(decode_mark(v.value().0)?),
-                None => None,
-            };
-            if current == Some(mark) {
+            if mark_at(&marks, key)? == Some(mark) {
                 marks.remove(key)?;
                 true
             } else {
@@ -202,11 +191,7 @@ pub(crate) fn drop_forgotten(
     let mut marks = txn.open_table(tables::CONTEXT_MARKS)?;
     for source in sources {
         let key = node_key(session, *source);
-        let forgotten = match marks.get(key)? {
-            Some(v) => v.value().0 == ContextMark::Forgotten.to_byte(),
-            None => false,
-        };
-        if forgotten {
+        if mark_at(&marks, key)? == Some(ContextMark::Forgotten) {
             marks.remove(key)?;
         }
     }
@@ -246,27 +231,30 @@ fn context_state(txn: &WriteTransaction, session: SessionId) -> Result<ContextSt
     }
 }
 
-/// The tokens `message` shows in a context: its stored count, or for a message over
-/// `large_file_tokens` with parts registered as large files, the count of what shows them as
-/// references (what the engine's `shown_message` counts).
-fn shown_tokens(txn: &WriteTransaction, message: MessageId, large_file_tokens: u32) -> Result<u64> {
+/// The tokens `message` shows in a context: the count its file references record (what the
+/// engine's `shown_message` shows: large parts as references; the stored count when every
+/// reference is inline), else its stored count.
+fn shown_tokens(txn: &WriteTransaction, message: MessageId) -> Result<u64> {
+    let files = txn.open_table(tables::MESSAGE_FILES)?;
+    if let Some(bytes) = files.get(message.0)? {
+        let files: MessageFiles = codec::decode("message_files", bytes.value())?;
+        return Ok(u64::from(files.context_tokens));
+    }
     let messages = txn.open_table(tables::MESSAGES)?;
     let row =
         message_rows::get(&messages, message.0)?.ok_or(StoreError::MessageNotFound(message))?;
-    let stored = RecordView::read(row.bytes())?.token_count();
-    if stored <= large_file_tokens {
-        return Ok(u64::from(stored));
+    Ok(u64::from(RecordView::read(row.bytes())?.token_count()))
+}
+
+/// The mark at `key`, if any.
+fn mark_at(
+    marks: &redb::Table<tables::MarkKey, tables::MarkValue>,
+    key: tables::MarkKey,
+) -> Result<Option<ContextMark>> {
+    match marks.get(key)? {
+        Some(v) => decode_mark(v.value().0).map(Some),
+        None => Ok(None),
     }
-    let files = txn.open_table(tables::MESSAGE_FILES)?;
-    let Some(bytes) = files.get(message.0)? else {
-        return Ok(u64::from(stored));
-    };
-    let files: MessageFiles = codec::decode("message_files", bytes.value())?;
-    Ok(if files.refs.iter().all(|r| r.inline) {
-        u64::from(stored)
-    } else {
-        u64::from(files.context_tokens)
-    })
 }
 
 /// `message`'s sequence number, refused when it is not a message of `session`.
@@ -290,13 +278,12 @@ fn pinned_tokens(
     txn: &WriteTransaction,
     marks: &redb::Table<tables::MarkKey, tables::MarkValue>,
     session: SessionId,
-    large_file_tokens: u32,
 ) -> Result<u64> {
     let mut total = 0;
     for entry in marks.range((session.0, NODE_MESSAGE, 0)..=(session.0, NODE_MESSAGE, u64::MAX))? {
         let (key, value) = entry?;
         if decode_mark(value.value().0)? == ContextMark::Pinned {
-            total += shown_tokens(txn, MessageId(key.value().2), large_file_tokens)?;
+            total += shown_tokens(txn, MessageId(key.value().2))?;
         }
     }
     Ok(total)

@@ -380,16 +380,12 @@ fn injected_tools(
     {
         return Injected::default();
     }
-    let context_tools = state.inner.config.proxy.inject_context_tools && !principal.is_tenant();
     let allowed: Vec<&str> = if principal.is_tenant() {
         TENANT_TOOLS.to_vec()
+    } else if state.inner.config.proxy.inject_context_tools {
+        LCM_TOOLS.iter().chain(&CONTEXT_TOOLS).copied().collect()
     } else {
-        let extra = if context_tools {
-            &CONTEXT_TOOLS[..]
-        } else {
-            &[]
-        };
-        LCM_TOOLS.iter().chain(extra).copied().collect()
+        LCM_TOOLS.to_vec()
     };
     let theirs: HashSet<&str> = base
         .get("tools")
