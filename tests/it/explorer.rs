@@ -2,7 +2,7 @@
 //! `chromium-driver`; `.ci/run` installs them, the test installs nothing and skips without
 //! them). A real transcript from ../shared/data, compacted into a DAG, served by `lcm serve`
 //! with an admin token and a tenant: the token prompt, the sessions list, a session's context
-//! bar and DAG, a summary and its sources, a search followed to its message, a file record, the
+//! bar and DAG (with a pinned message and a forgotten summary), a summary and its sources, a search followed to its message, a file record, the
 //! keyboard alone, bad input (a malformed id, an invalid regex, a wrong token), the health page,
 //! a map job watched to its end, and a tenant who cannot see another tenant's session.
 //! Screenshots of the main views go to docs/screenshots/. The page load of a session of 100,000
@@ -57,7 +57,22 @@ async fn the_explorer_in_a_real_chromium() {
     // A real session, compacted into a DAG of several levels, and a tenant's session.
     let session = &common::real_sessions(&shared)[0];
     lcm(&data, &["import", "-q", session.to_str().unwrap()]);
-    lcm(&data, &["context", "ses_0", "--budget", "6000"]);
+    let context: Value =
+        serde_json::from_slice(&lcm(&data, &["context", "ses_0", "--budget", "6000"]).stdout)
+            .unwrap();
+    // The agent's marks: the first message pinned (summarised: shown in the pinned block), the
+    // first top-level summary forgotten (shown as a pointer).
+    let top = context["summaries"][0].as_str().unwrap();
+    lcm(&data, &["tool", "lcm_pin", "--args", r#"{"id": "msg_0"}"#]);
+    lcm(
+        &data,
+        &[
+            "tool",
+            "lcm_forget",
+            "--args",
+            &json!({ "id": top }).to_string(),
+        ],
+    );
     let example =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/transcripts/demo-session.jsonl");
     lcm(
@@ -137,6 +152,30 @@ async fn the_explorer_in_a_real_chromium() {
         .unwrap();
     let widths: Vec<f64> = serde_json::from_value(widths).unwrap();
     assert!(widths.iter().sum::<f64>() > 600.0, "{widths:?}");
+    // The marks: the forgotten summary hatched and as narrow as its pointer, the pinned block
+    // a segment of its own, both listed with links.
+    let forgotten = element(
+        &client,
+        &format!("#context-bar a.forgotten[href$='/{top}']"),
+    )
+    .await;
+    let label = forgotten.attr("aria-label").await.unwrap().unwrap();
+    assert!(label.ends_with("forgotten"), "{label}");
+    element(&client, "#context-bar a#pinned-block").await;
+    let marks = text_of(&client, "ul.marks").await;
+    assert!(
+        marks.contains("msg_0") && marks.contains("in the pinned block"),
+        "{marks}"
+    );
+    assert!(
+        marks.contains(top) && marks.contains("shown as a pointer"),
+        "{marks}"
+    );
+    let facts = view_says(&client, "Pinned").await;
+    assert!(
+        facts.contains("1 message (1 in the pinned block"),
+        "{facts}"
+    );
     view_says(&client, "#0..#").await;
     // Expanding a DAG node lists its sources.
     let toggle = client
@@ -145,6 +184,9 @@ async fn the_explorer_in_a_real_chromium() {
         .unwrap();
     toggle.click().await.unwrap();
     text_of(&client, "#dag li ul li a").await;
+    let dag = text_of(&client, "#dag").await;
+    assert!(!dag.contains("null") && !dag.contains("[object"), "{dag}");
+    assert!(dag.contains("forgotten"), "{dag}");
     screenshot(&client, "explorer-session").await;
 
     // A summary from the bar: its text and its sources; a source opens.

@@ -178,7 +178,7 @@ pub fn assemble(store: &Store, session: SessionId) -> Result<AssembledContext, S
     }
     let large = store.file_rules().large_file_tokens;
     let raw = reader.session_messages(session, state.raw_from..u64::MAX)?;
-    if let Some(block) = pinned_block(&reader, &marks, &raw, large, counter)? {
+    if let Some(block) = pinned_block(&reader, session, &state, &marks.pinned, large, counter)? {
         items.push(block);
     }
     if let Some(block) = commitments_block(&reader, &state.summaries, &raw, counter)? {
@@ -283,23 +283,25 @@ pub fn forgotten_summary(summary: &mut Summary, counter: TokenCounter) -> String
     pointer
 }
 
-/// The pinned block of a context: the pinned messages the raw tail does not show (summarised
-/// ones, or another session's), verbatim as contexts show them; `None` when there are none.
-fn pinned_block(
+/// The pinned block `session`'s context shows with `state`: the messages of `pinned` its raw
+/// tail does not show (summarised ones, or another session's), verbatim as contexts show them,
+/// in `pinned`'s order; `None` when there are none. `pinned` is the session's pinned messages
+/// ([`StoreReader::marks`]).
+pub fn pinned_block(
     reader: &StoreReader,
-    marks: &Marks,
-    raw: &[Message],
+    session: SessionId,
+    state: &ContextState,
+    pinned: &[MessageId],
     large_file_tokens: u32,
     counter: TokenCounter,
 ) -> Result<Option<ContextItem>, StoreError> {
-    let in_tail: HashSet<MessageId> = raw.iter().map(|m| m.id).collect();
     let mut shown = Vec::new();
-    for id in marks.pinned.iter().filter(|id| !in_tail.contains(id)) {
-        shown.push(shown_message(
-            reader,
-            reader.message(*id)?,
-            large_file_tokens,
-        )?);
+    for id in pinned {
+        let m = reader.message(*id)?;
+        if m.session == session && m.seq >= state.raw_from {
+            continue;
+        }
+        shown.push(shown_message(reader, m, large_file_tokens)?);
     }
     if shown.is_empty() {
         return Ok(None);

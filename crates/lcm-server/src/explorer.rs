@@ -11,7 +11,11 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use lcm_core::ids::MessageId;
 use lcm_core::message::search_text;
+use lcm_core::summary::{ContextMark, NodeRef};
+use lcm_engine::assembly::forgotten_summary;
+use lcm_engine::{ContextItem, pinned_block};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -75,7 +79,9 @@ pub(crate) async fn asset(PathParams(path): PathParams<String>) -> Response {
 }
 
 /// `GET /v1/sessions/{id}/layout`: what the session's context holds now, without compacting:
-/// the top-level summaries with their sizes and coverage, and the raw tail's size.
+/// the top-level summaries with their sizes and coverage (a forgotten one with the pointer's
+/// size), the pinned block, the raw tail's size, and the agent's marks (`lcm_pin`,
+/// `lcm_forget`).
 pub(crate) async fn layout(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
@@ -83,7 +89,7 @@ pub(crate) async fn layout(
 ) -> ApiResult {
     let info = state.visible_session(&principal, &id).await?;
     let session = info.id;
-    let (context, summaries, all) = state
+    let (context, summaries, all, marks, pinned, block) = state
         .blocking(move |store| {
             let reader = store.reader()?;
             let context = reader.context(session)?;
@@ -94,18 +100,60 @@ pub(crate) async fn layout(
                 .collect::<Result<Vec<_>, _>>()?;
             // Counted, not read: a session may have thousands of summaries.
             let all = store.session_summary_count(session)?;
-            Ok((context, summaries, all))
+            let marks = reader.marks(session)?;
+            let pinned_ids: Vec<MessageId> = marks
+                .iter()
+                .filter_map(|m| match (m.mark, m.node) {
+                    (ContextMark::Pinned, NodeRef::Message(id)) => Some(id),
+                    _ => None,
+                })
+                .collect();
+            let pinned = pinned_ids
+                .iter()
+                .map(|id| reader.message(*id))
+                .collect::<Result<Vec<_>, _>>()?;
+            let block = match pinned_block(
+                &reader,
+                session,
+                &context,
+                &pinned_ids,
+                store.file_rules().large_file_tokens,
+                store.counter(),
+            )? {
+                Some(ContextItem::Pinned {
+                    tokens, messages, ..
+                }) => Some((tokens, messages.len())),
+                _ => None,
+            };
+            Ok((context, summaries, all, marks, pinned, block))
         })
         .await?;
+    let forgotten = |node: NodeRef| {
+        marks
+            .iter()
+            .any(|m| m.node == node && m.mark == ContextMark::Forgotten)
+    };
+    let counter = state.store().counter();
     let covered: u64 = summaries.iter().map(|s| s.descendant_tokens).sum();
     let top: Vec<Value> = summaries
         .iter()
         .map(|s| {
+            let forgotten = forgotten(NodeRef::Summary(s.id));
+            // What the context spends on it: the pointer when forgotten.
+            let shown_tokens = if forgotten {
+                let mut pointer = s.clone();
+                forgotten_summary(&mut pointer, counter);
+                pointer.token_count
+            } else {
+                s.token_count
+            };
             json!({
                 "id": s.id,
                 "kind": s.kind.as_str(),
                 "depth": s.depth,
                 "token_count": s.token_count,
+                "shown_tokens": shown_tokens,
+                "forgotten": forgotten,
                 "descendant_messages": s.descendant_messages,
                 "descendant_tokens": s.descendant_tokens,
                 "first_seq": s.first_seq,
@@ -116,13 +164,37 @@ pub(crate) async fn layout(
             })
         })
         .collect();
+    let at = |node: NodeRef| marks.iter().find(|m| m.node == node).map(|m| m.at);
+    let pinned: Vec<Value> = pinned
+        .iter()
+        .map(|m| {
+            json!({
+                "id": m.id,
+                "session": m.session,
+                "seq": m.seq,
+                "role": m.role,
+                "token_count": m.token_count,
+                "at": at(NodeRef::Message(m.id)),
+                // Shown where it is while raw; in the pinned block once summarised.
+                "in_block": !(m.session == session && m.seq >= context.raw_from),
+            })
+        })
+        .collect();
+    let forgotten: Vec<Value> = marks
+        .iter()
+        .filter(|m| m.mark == ContextMark::Forgotten)
+        .map(|m| json!({"id": m.node.to_string(), "at": m.at}))
+        .collect();
     Ok(Json(json!({
         "session": info,
         "summaries": top,
         "summary_count": all,
+        "pinned_block": block.map(|(tokens, messages)| json!({"tokens": tokens, "messages": messages})),
         "raw_from": context.raw_from,
         "raw_messages": info.message_count.saturating_sub(context.raw_from),
         "raw_tokens": info.token_total.saturating_sub(covered),
+        "pinned": pinned,
+        "forgotten": forgotten,
     })))
 }
 
@@ -142,7 +214,8 @@ pub(crate) struct MessagesQuery {
 const PREVIEW_CHARS: usize = 400;
 
 /// `GET /v1/sessions/{id}/messages?from=SEQ&limit=N`: a page of the session's messages in
-/// order, each with its role, time, tokens, the start of its text and the tools it calls.
+/// order, each with its role, time, tokens, the start of its text, the tools it calls and the
+/// agent's mark on it in this session (`pinned`, `forgotten`, or null).
 pub(crate) async fn messages_page(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
@@ -158,14 +231,24 @@ pub(crate) async fn messages_page(
     let info = state.visible_session(&principal, &id).await?;
     let (session, from) = (info.id, query.from);
     let end = from.saturating_add(limit).min(info.message_count);
-    let messages = state
+    let (messages, marks) = state
         .blocking(move |store| {
             if from >= end {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), Vec::new()));
             }
-            Ok(store.session_messages(session, from..end)?)
+            let reader = store.reader()?;
+            Ok((
+                reader.session_messages(session, from..end)?,
+                reader.marks(session)?,
+            ))
         })
         .await?;
+    let mark = |id: MessageId| {
+        marks
+            .iter()
+            .find(|m| m.node == NodeRef::Message(id))
+            .map(|m| m.mark.as_str())
+    };
     let page: Vec<Value> = messages
         .iter()
         .map(|m| {
@@ -191,6 +274,7 @@ pub(crate) async fn messages_page(
                 "text": &text[..cut],
                 "truncated": cut < text.len(),
                 "tool_calls": tools,
+                "mark": mark(m.id),
             })
         })
         .collect();

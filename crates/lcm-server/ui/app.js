@@ -27,6 +27,7 @@ function h(tag, attrs = {}, ...children) {
 }
 
 const fmt = (n) => (n ?? 0).toLocaleString("en-US");
+const plural = (n, word) => `${fmt(n)} ${word}${n === 1 ? "" : "s"}`;
 const link = (id, text) => h("a", { href: addressOf(id) }, text ?? id);
 
 /** The explorer's address of an id. */
@@ -127,23 +128,37 @@ async function sessionsView(params) {
     h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "Session"), h("th", {}, "Key"), h("th", { class: "num" }, "Messages"), h("th", { class: "num" }, "Tokens"), h("th", {}, "Last activity"), h("th", {}, "Context"))), body));
 }
 
-/** The context bar: summaries by depth, then the raw tail, in proportion to their tokens. */
+/** The context bar: summaries by depth (a forgotten one as its pointer), the pinned block,
+ * then the raw tail, in proportion to the tokens the context spends on each. */
 function contextBar(layout) {
-  const total = layout.summaries.reduce((n, s) => n + s.token_count, 0) + layout.raw_tokens;
+  const shown = (s) => s.shown_tokens ?? s.token_count;
+  const block = layout.pinned_block;
+  const total = layout.summaries.reduce((n, s) => n + shown(s), 0) + (block?.tokens ?? 0) + layout.raw_tokens;
+  const width = (tokens) => `width:${(100 * tokens) / Math.max(1, total)}%`;
   const bar = h("div", { class: "bar", id: "context-bar", role: "list", "aria-label": "The context as it stands" });
   for (const s of layout.summaries) {
     const depth = Math.min(5, s.depth + 1);
+    const what = `${s.id}, depth ${s.depth}, ${fmt(s.token_count)} tokens`;
     bar.append(h("a", {
-      role: "listitem", class: `d${depth}`, href: addressOf(s.id),
-      style: `width:${(100 * s.token_count) / Math.max(1, total)}%`,
-      title: `${s.id}: ${s.kind}, depth ${s.depth}, ${fmt(s.token_count)} tokens for ${fmt(s.descendant_messages)} messages`,
-      "aria-label": `${s.id}, depth ${s.depth}, ${fmt(s.token_count)} tokens`,
+      role: "listitem", class: s.forgotten ? `d${depth} forgotten` : `d${depth}`, href: addressOf(s.id),
+      style: width(shown(s)),
+      title: `${s.id}: ${s.kind}, depth ${s.depth}, ${fmt(s.token_count)} tokens for ${fmt(s.descendant_messages)} messages` +
+        (s.forgotten ? `; forgotten: shown as a pointer of ${fmt(s.shown_tokens)} tokens` : ""),
+      "aria-label": s.forgotten ? `${what}, forgotten` : what,
+    }));
+  }
+  if (block) {
+    bar.append(h("a", {
+      role: "listitem", class: "pinned", href: "#marks", id: "pinned-block",
+      style: width(block.tokens),
+      title: `pinned block: ${plural(block.messages, "message")}, ${fmt(block.tokens)} tokens`,
+      "aria-label": `pinned block, ${plural(block.messages, "message")}`,
     }));
   }
   if (layout.raw_messages > 0) {
     bar.append(h("a", {
       role: "listitem", class: "raw", href: `#timeline`, id: "raw-tail",
-      style: `width:${(100 * layout.raw_tokens) / Math.max(1, total)}%`,
+      style: width(layout.raw_tokens),
       title: `raw tail: ${fmt(layout.raw_messages)} messages, ${fmt(layout.raw_tokens)} tokens`,
       "aria-label": `raw tail, ${fmt(layout.raw_messages)} messages`,
       onclick: (e) => { e.preventDefault(); loadTimeline(layout.session.id, layout.raw_from); },
@@ -152,9 +167,22 @@ function contextBar(layout) {
   const depths = [...new Set(layout.summaries.map((s) => Math.min(5, s.depth + 1)))].sort();
   const legend = h("div", { class: "legend" },
     depths.map((d) => h("span", {}, h("i", { class: `d${d}`, style: `background:var(--d${d})` }), `summaries at depth ${d - 1}${d === 5 ? "+" : ""}`)),
+    layout.summaries.some((s) => s.forgotten) ? h("span", {}, h("i", { class: "forgotten" }), "forgotten (a pointer)") : null,
+    block ? h("span", {}, h("i", { style: "background:var(--pin)" }), "pinned block") : null,
     layout.raw_messages > 0 ? h("span", {}, h("i", { style: "background:var(--raw)" }), "raw tail") : null,
     h("span", {}, `${fmt(total)} tokens`));
   return [bar, legend];
+}
+
+/** The agent's marks (lcm_pin, lcm_forget): what each pinned message is, and where it shows. */
+function marksList(layout) {
+  if (!layout.pinned.length && !layout.forgotten.length) return null;
+  const pinned = layout.pinned.map((m) => h("li", {}, h("span", { class: "mark pinned" }, "pinned"), " ", link(m.id),
+    ` ${m.role}, ${fmt(m.token_count)} tokens`,
+    m.session !== layout.session.id ? [", from ", link(m.session)] : ` (#${m.seq})`,
+    m.in_block ? ": in the pinned block" : ": in the raw tail"));
+  const forgotten = layout.forgotten.map((m) => h("li", {}, h("span", { class: "mark forgotten" }, "forgotten"), " ", link(m.id), ": shown as a pointer"));
+  return [h("h2", { id: "marks" }, "Pinned and forgotten"), h("ul", { class: "marks" }, pinned, forgotten)];
 }
 
 /** One DAG node, expanded on demand: its sources come from lcm_describe (a summary's manifest
@@ -164,6 +192,7 @@ function dagNode(node) {
   const drawLabel = () => {
     const ratio = node.token_count && node.descendant_tokens ? `${(node.descendant_tokens / node.token_count).toFixed(1)}×` : null;
     label.replaceChildren(h("span", { class: "pill" }, `depth ${node.depth ?? "?"}`),
+      ...(node.forgotten ? [" ", h("span", { class: "mark forgotten" }, "forgotten")] : []),
       ` ${node.kind ?? ""}`,
       node.token_count !== undefined ? ` · ${fmt(node.token_count)} tokens` : "",
       node.first_seq !== undefined ? ` · #${node.first_seq}..#${node.last_seq}` : "",
@@ -221,6 +250,7 @@ async function loadTimeline(session, from, scroll = true) {
         h("td", { class: "num" }, `#${m.seq}`),
         h("td", {}, h("span", { class: `role ${m.role}` }, m.role)),
         h("td", {}, link(m.id), m.tool_calls.length ? h("span", { class: "pill" }, m.tool_calls.join(", ")) : null,
+          m.mark ? [" ", h("span", { class: `mark ${m.mark}` }, m.mark)] : null,
           h("div", { class: "text" }, m.text + (m.truncated ? " …" : ""))),
         h("td", { class: "num" }, fmt(m.token_count)),
         h("td", { class: "muted" }, m.created_at))))));
@@ -239,9 +269,13 @@ async function sessionView(id) {
       h("dt", {}, "Tokens stored"), h("dd", {}, fmt(s.token_total)),
       h("dt", {}, "Summaries"), h("dd", {}, `${fmt(layout.summary_count)} (${fmt(layout.summaries.length)} in the context)`),
       h("dt", {}, "Raw tail"), h("dd", {}, `from #${layout.raw_from}: ${fmt(layout.raw_messages)} messages`),
+      layout.pinned.length ? [h("dt", {}, "Pinned"), h("dd", {}, plural(layout.pinned.length, "message") +
+        (layout.pinned_block ? ` (${fmt(layout.pinned_block.messages)} in the pinned block, ${fmt(layout.pinned_block.tokens)} tokens)` : ""))] : null,
+      layout.forgotten.length ? [h("dt", {}, "Forgotten"), h("dd", {}, `${plural(layout.forgotten.length, "item")} shown as pointers`)] : null,
       s.parent ? [h("dt", {}, "Parent"), h("dd", {}, link(s.parent))] : null),
     h("h2", {}, "The context as it stands"),
     ...contextBar(layout),
+    marksList(layout),
     h("h2", {}, "Summary DAG"),
     layout.summaries.length
       ? h("div", { class: "tree", id: "dag" }, h("ul", {}, layout.summaries.map(dagNode)))

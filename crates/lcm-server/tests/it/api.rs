@@ -704,3 +704,126 @@ async fn a_full_disk_is_507_a_failing_disk_503_and_both_recover_without_a_restar
         assert_eq!((stats.sessions, stats.messages), (2, 8), "{kind}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_explorer_layout_shows_pins_and_forgotten_items_as_the_context_does() {
+    let (mut setup, tmp, root) = Setup::new();
+    setup.config.compaction.fresh_tail = 4;
+    setup.config.compaction.leaf_chunk_tokens = 2_000;
+    setup.config.compaction.leaf_target_tokens = 200;
+    let server = start(setup, tmp, root).await;
+    let id = server.session("marked").await;
+    let messages: Vec<Value> = (0..120)
+        .map(|i| json!({
+            "role": if i % 2 == 0 { "user" } else { "assistant" },
+            "content": format!("turn {i}: the deployment of service {i} needs config key K{i} set to {}", i * 7),
+        }))
+        .collect();
+    let answer = server
+        .post(&format!("/v1/sessions/{id}/messages"), &json!(messages))
+        .await;
+    assert_eq!(answer.body["inserted"], 120, "{answer:?}");
+    let compacted = server
+        .get(&format!("/v1/sessions/{id}/context?budget=1500"))
+        .await;
+    assert_eq!(compacted.status, StatusCode::OK, "{compacted:?}");
+    let layout = || {
+        let path = format!("/v1/sessions/{id}/layout");
+        let server = &server;
+        async move {
+            let answer = server.get(&path).await;
+            assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+            answer.body
+        }
+    };
+
+    // Unmarked: no pins, nothing forgotten, no pinned block.
+    let plain = layout().await;
+    assert_eq!(plain["pinned"], json!([]), "{plain}");
+    assert_eq!(plain["forgotten"], json!([]));
+    assert_eq!(plain["pinned_block"], Value::Null);
+    let raw_from = plain["raw_from"].as_u64().unwrap();
+    assert!((1..119).contains(&raw_from), "{plain}");
+    let top = plain["summaries"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(plain["summaries"][0]["forgotten"], false);
+
+    // Pin a summarised message and a raw one; forget the first summary and a raw message.
+    let tool = |name: &'static str, args: Value| {
+        let path = format!("/v1/sessions/{id}/tools/{name}");
+        let server = &server;
+        async move {
+            let answer = server.post(&path, &args).await;
+            assert_eq!(answer.status, StatusCode::OK, "{name}: {answer:?}");
+        }
+    };
+    let raw_pin = format!("msg_{}", 119);
+    let raw_forgotten = format!("msg_{raw_from}");
+    tool("lcm_pin", json!({"id": "msg_0"})).await;
+    tool("lcm_pin", json!({"id": raw_pin})).await;
+    tool("lcm_forget", json!({"id": top})).await;
+    tool("lcm_forget", json!({"id": raw_forgotten})).await;
+
+    let marked = layout().await;
+    let pinned = marked["pinned"].as_array().unwrap();
+    assert_eq!(pinned.len(), 2, "{marked}");
+    assert_eq!(
+        (&pinned[0]["id"], &pinned[0]["seq"], &pinned[0]["in_block"]),
+        (&json!("msg_0"), &json!(0), &json!(true))
+    );
+    assert_eq!(
+        (&pinned[1]["id"], &pinned[1]["in_block"]),
+        (&json!(raw_pin), &json!(false))
+    );
+    let forgotten: Vec<&str> = marked["forgotten"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(forgotten, [raw_forgotten.as_str(), top.as_str()]);
+    let first = &marked["summaries"][0];
+    assert_eq!(first["forgotten"], true, "{first}");
+    assert!(first["shown_tokens"].as_u64() < first["token_count"].as_u64());
+
+    // The sizes are the ones the assembled context spends (lcm_describe's breakdown).
+    let described = server.get(&format!("/v1/describe/{id}")).await;
+    let breakdown = &described.body["context"]["breakdown"];
+    assert_eq!(
+        marked["pinned_block"],
+        json!({"tokens": breakdown["pinned"]["tokens"], "messages": 1}),
+        "{breakdown}"
+    );
+    let shown: u64 = marked["summaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["shown_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(shown), breakdown["summaries"]["tokens"].as_u64());
+
+    // The timeline says which messages carry a mark.
+    let page = server
+        .get(&format!("/v1/sessions/{id}/messages?from=0&limit=500"))
+        .await;
+    let marks: Vec<(&str, &str)> = page.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| Some((m["id"].as_str()?, m["mark"].as_str()?)))
+        .collect();
+    assert_eq!(
+        marks,
+        [
+            ("msg_0", "pinned"),
+            (raw_forgotten.as_str(), "forgotten"),
+            (raw_pin.as_str(), "pinned")
+        ]
+    );
+
+    // Unpinned and restored: the layout is the one before.
+    tool("lcm_pin", json!({"id": "msg_0", "unpin": true})).await;
+    tool("lcm_pin", json!({"id": raw_pin, "unpin": true})).await;
+    tool("lcm_forget", json!({"id": top, "restore": true})).await;
+    tool("lcm_forget", json!({"id": raw_forgotten, "restore": true})).await;
+    assert_eq!(layout().await, plain);
+}
