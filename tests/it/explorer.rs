@@ -176,6 +176,15 @@ async fn the_explorer_in_a_real_chromium() {
         facts.contains("1 message (1 in the pinned block"),
         "{facts}"
     );
+    // A pinned message's page says where it is pinned.
+    client
+        .goto(&format!("{base}/ui/messages/msg_0"))
+        .await
+        .unwrap();
+    let pinned = view_says(&client, "Marks").await;
+    assert!(pinned.contains("pinned in ses_0"), "{pinned}");
+    client.back().await.unwrap();
+    view_says(&client, "The context as it stands").await;
     view_says(&client, "#0..#").await;
     // Expanding a DAG node lists its sources.
     let toggle = client

@@ -312,6 +312,7 @@ async function describeView(id) {
   fact("Compression", d.compression_ratio ? `${d.compression_ratio}×` : undefined);
   fact("Covered by", d.covered_by ? link(d.covered_by) : d.type === "message" || d.kind === "leaf" || d.kind === "condensed" ? "nothing: in the context itself" : undefined);
   fact("Path", d.path);
+  fact("Marks", d.marks?.map((m) => h("span", { class: "marked" }, h("span", { class: `mark ${m.mark}` }, m.mark), " in ", link(m.session), " ")));
   const known = new Map((d.manifest?.nodes ?? []).map((n) => [n.id, n]));
   const sources = d.type === "summary" ? sourcesOf(d).map((id) => ({ id, ...(known.get(id) ?? {}) })) : [];
   const content = d.content ?? d.text ?? d.exploration ?? d.summary;

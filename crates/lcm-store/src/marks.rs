@@ -179,6 +179,37 @@ impl StoreReader {
         }
         Ok(out)
     }
+
+    /// The sessions whose context carries a mark on `node`, with the mark and when, in session
+    /// order: a summary only in its own session; a message also where another session pinned
+    /// it. Reads the whole table, which stays small (each session's forgotten items are in its
+    /// context, its pins within `compaction.pinned_max_tokens`).
+    pub fn marks_on(&self, node: NodeRef) -> Result<Vec<(SessionId, MarkedNode)>> {
+        let table = match self.txn.open_table(tables::CONTEXT_MARKS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let wanted = dag::node_key(node);
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (key, value) = entry?;
+            let (session, kind, number) = key.value();
+            if (kind, number) != wanted {
+                continue;
+            }
+            let (mark, at) = value.value();
+            out.push((
+                SessionId(session),
+                MarkedNode {
+                    node,
+                    mark: decode_mark(mark)?,
+                    at: Timestamp(at),
+                },
+            ));
+        }
+        Ok(out)
+    }
 }
 
 /// Removes the `Forgotten` marks of `sources` in `session` (a summary covering them is being

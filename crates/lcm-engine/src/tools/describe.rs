@@ -218,6 +218,7 @@ fn describe_summary(
     if !s.file_ids.is_empty() {
         out["files"] = json!(s.file_ids);
     }
+    add_marks(&mut out, reader, NodeRef::Summary(id))?;
     out["content"] = json!(s.content);
     out["manifest"] = manifest;
     Ok(out)
@@ -263,6 +264,7 @@ fn describe_message(
                 .collect::<Vec<_>>()
         );
     }
+    add_marks(&mut out, reader, NodeRef::Message(id))?;
     if cut < content.len() {
         out["truncated"] = json!(format!(
             "content cut at max_tokens={max_tokens} ({cut} of {} bytes shown); a sub-agent can read it all with lcm_expand",
@@ -270,6 +272,19 @@ fn describe_message(
         ));
     }
     Ok(out)
+}
+
+/// Adds `marks` to a node's description: each session whose context pins or forgets it
+/// (`lcm_pin`, `lcm_forget`); absent when none does.
+fn add_marks(out: &mut Value, reader: &StoreReader, node: NodeRef) -> Result<(), ToolError> {
+    let marks = reader.marks_on(node).map_err(store_err(NAME))?;
+    if !marks.is_empty() {
+        out["marks"] = marks
+            .iter()
+            .map(|(session, m)| json!({"session": session, "mark": m.mark.as_str(), "at": m.at}))
+            .collect();
+    }
+    Ok(())
 }
 
 /// Most commitments a session's description lists (the newest; the counts cover all).

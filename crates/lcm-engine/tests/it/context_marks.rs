@@ -550,3 +550,68 @@ async fn the_tools_pin_and_forget_for_the_main_agent_only() {
             .all(|m| m.mark == ContextMark::Pinned)
     );
 }
+
+/// `lcm_describe` of a node says which contexts pin or forget it: a message pinned in its own
+/// session and in another one, a forgotten summary; once released, it says nothing of marks.
+#[tokio::test]
+async fn describe_names_the_contexts_that_pin_or_forget_a_node() {
+    let store = Arc::new(store());
+    let a = store.create_session("a", None).unwrap();
+    let b = store.create_session("b", None).unwrap();
+    let spec = store.append(a, text(Role::User, SPEC.into())).unwrap().id;
+    filler(&store, a, 1, 30);
+    filler(&store, b, 0, 2);
+    compact_to(&store, a, 1_200).await;
+    let top = store.reader().unwrap().context(a).unwrap().summaries[0];
+    let registry = ToolRegistry::with_builtins();
+    let main = registry_context(store.clone(), Caller::main_agent(Some(a)), 4_000);
+    let describe = |id: String| {
+        let (registry, main) = (&registry, &main);
+        async move {
+            registry
+                .call(main, "lcm_describe", json!({ "id": id }))
+                .await
+                .unwrap()
+        }
+    };
+    assert!(describe(spec.to_string()).await.get("marks").is_none());
+
+    store.pin(a, spec, 4_000).unwrap();
+    store.pin(b, spec, 4_000).unwrap();
+    store.forget(a, NodeRef::Summary(top)).unwrap();
+    let marks = |d: &Value| -> Vec<(Value, Value)> {
+        d["marks"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no marks: {d}"))
+            .iter()
+            .map(|m| (m["session"].clone(), m["mark"].clone()))
+            .collect()
+    };
+    let message = describe(spec.to_string()).await;
+    assert_eq!(
+        marks(&message),
+        [(json!(a), json!("pinned")), (json!(b), json!("pinned"))]
+    );
+    let summary = describe(top.to_string()).await;
+    assert_eq!(marks(&summary), [(json!(a), json!("forgotten"))]);
+    // A summary under the forgotten one carries no mark of its own.
+    if let Some(NodeRef::Summary(child)) = store.summary(top).unwrap().sources.first() {
+        assert!(describe(child.to_string()).await.get("marks").is_none());
+    }
+
+    store
+        .clear_mark(b, NodeRef::Message(spec), ContextMark::Pinned)
+        .unwrap();
+    assert_eq!(
+        marks(&describe(spec.to_string()).await),
+        [(json!(a), json!("pinned"))]
+    );
+    store
+        .clear_mark(a, NodeRef::Message(spec), ContextMark::Pinned)
+        .unwrap();
+    store
+        .clear_mark(a, NodeRef::Summary(top), ContextMark::Forgotten)
+        .unwrap();
+    assert!(describe(spec.to_string()).await.get("marks").is_none());
+    assert!(describe(top.to_string()).await.get("marks").is_none());
+}
