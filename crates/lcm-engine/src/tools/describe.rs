@@ -48,7 +48,8 @@ impl Tool for LcmDescribe {
              token count, time range, compression ratio, sources, the summary covering it, its \
              full text and a manifest of its subtree (ids, kinds, depths, tokens, times). For a \
              message (msg_N): role, time, parts, token count, its file records, the summary \
-             covering it and its content (bounded by max_tokens). For a file (file_N): path, \
+             covering it, its content (bounded by max_tokens) and the sessions pinning it. \
+             For a file (file_N): path, \
              kind, sizes, hash, exploration summary, the messages referencing it and whether \
              the file on disk is still what was seen. For a session (ses_N): its totals, current \
              context, and its commitments (intents, requests, to-dos that summaries carried, \
