@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use lcm_core::ids::MessageId;
 use lcm_core::message::search_text;
 use lcm_core::summary::{ContextMark, NodeRef};
-use lcm_engine::assembly::forgotten_summary;
+use lcm_engine::assembly::{forgotten_message, forgotten_summary};
 use lcm_engine::{ContextItem, pinned_block};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -89,7 +89,7 @@ pub(crate) async fn layout(
 ) -> ApiResult {
     let info = state.visible_session(&principal, &id).await?;
     let session = info.id;
-    let (context, summaries, all, marks, pinned, block) = state
+    let (context, summaries, all, marks, pinned, block, (stored, pointers)) = state
         .blocking(move |store| {
             let reader = store.reader()?;
             let context = reader.context(session)?;
@@ -125,7 +125,17 @@ pub(crate) async fn layout(
                 }) => Some((tokens, messages.len())),
                 _ => None,
             };
-            Ok((context, summaries, all, marks, pinned, block))
+            // A forgotten raw message shows its pointer (longer than a short message).
+            let mut forgotten = (0u64, 0u64);
+            for m in &marks {
+                if let (ContextMark::Forgotten, NodeRef::Message(id)) = (m.mark, m.node) {
+                    let message = reader.message(id)?;
+                    forgotten.0 += u64::from(message.token_count);
+                    let pointer = forgotten_message(message, store.counter());
+                    forgotten.1 += u64::from(pointer.token_count);
+                }
+            }
+            Ok((context, summaries, all, marks, pinned, block, forgotten))
         })
         .await?;
     let forgotten = |node: NodeRef| {
@@ -192,7 +202,7 @@ pub(crate) async fn layout(
         "pinned_block": block.map(|(tokens, messages)| json!({"tokens": tokens, "messages": messages})),
         "raw_from": context.raw_from,
         "raw_messages": info.message_count.saturating_sub(context.raw_from),
-        "raw_tokens": info.token_total.saturating_sub(covered),
+        "raw_tokens": (info.token_total.saturating_sub(covered) + pointers).saturating_sub(stored),
         "pinned": pinned,
         "forgotten": forgotten,
     })))

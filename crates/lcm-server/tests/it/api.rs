@@ -800,6 +800,13 @@ async fn the_explorer_layout_shows_pins_and_forgotten_items_as_the_context_does(
         .map(|s| s["shown_tokens"].as_u64().unwrap())
         .sum();
     assert_eq!(Some(shown), breakdown["summaries"]["tokens"].as_u64());
+    // The raw tail counts the forgotten message's pointer, as the context does.
+    assert_eq!(
+        marked["raw_tokens"].as_u64(),
+        breakdown["messages"]["tokens"].as_u64(),
+        "{marked}"
+    );
+    assert_ne!(marked["raw_tokens"], plain["raw_tokens"]);
 
     // The timeline says which messages carry a mark.
     let page = server
