@@ -178,7 +178,12 @@ pub fn assemble(store: &Store, session: SessionId) -> Result<AssembledContext, S
     }
     let large = store.file_rules().large_file_tokens;
     let raw = reader.session_messages(session, state.raw_from..u64::MAX)?;
-    if let Some(block) = pinned_block(&reader, session, &state, &marks.pinned, large, counter)? {
+    let pinned = marks
+        .pinned
+        .iter()
+        .map(|id| reader.message(*id))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(block) = pinned_block(&reader, session, &state, &pinned, large, counter)? {
         items.push(block);
     }
     if let Some(block) = commitments_block(&reader, &state.summaries, &raw, counter)? {
@@ -286,22 +291,21 @@ pub fn forgotten_summary(summary: &mut Summary, counter: TokenCounter) -> String
 /// The pinned block `session`'s context shows with `state`: the messages of `pinned` its raw
 /// tail does not show (summarised ones, or another session's), verbatim as contexts show them,
 /// in `pinned`'s order; `None` when there are none. `pinned` is the session's pinned messages
-/// ([`StoreReader::marks`]).
+/// ([`StoreReader::marks`]), as read from the store.
 pub fn pinned_block(
     reader: &StoreReader,
     session: SessionId,
     state: &ContextState,
-    pinned: &[MessageId],
+    pinned: &[Message],
     large_file_tokens: u32,
     counter: TokenCounter,
 ) -> Result<Option<ContextItem>, StoreError> {
     let mut shown = Vec::new();
-    for id in pinned {
-        let m = reader.message(*id)?;
+    for m in pinned {
         if m.session == session && m.seq >= state.raw_from {
             continue;
         }
-        shown.push(shown_message(reader, m, large_file_tokens)?);
+        shown.push(shown_message(reader, m.clone(), large_file_tokens)?);
     }
     if shown.is_empty() {
         return Ok(None);

@@ -12,8 +12,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lcm_core::ids::MessageId;
+use lcm_core::message::Message;
 use lcm_core::message::search_text;
-use lcm_core::summary::{ContextMark, NodeRef};
+use lcm_core::summary::{ContextMark, ContextState, MarkedNode, NodeRef, Summary};
 use lcm_engine::assembly::{forgotten_message, forgotten_summary};
 use lcm_engine::{ContextItem, pinned_block};
 use serde::Deserialize;
@@ -78,6 +79,22 @@ pub(crate) async fn asset(PathParams(path): PathParams<String>) -> Response {
     }
 }
 
+/// What the layout route reads in one store snapshot.
+struct LayoutRead {
+    context: ContextState,
+    summaries: Vec<Summary>,
+    /// The session's summaries, in the context or not.
+    all: u64,
+    marks: Vec<MarkedNode>,
+    /// The pinned messages, in the marks' order.
+    pinned: Vec<Message>,
+    /// The pinned block's tokens and messages.
+    block: Option<(u64, Vec<MessageId>)>,
+    /// The stored tokens of the forgotten raw messages, and of the pointers shown instead.
+    forgotten_stored: u64,
+    forgotten_shown: u64,
+}
+
 /// `GET /v1/sessions/{id}/layout`: what the session's context holds now, without compacting:
 /// the top-level summaries with their sizes and coverage (a forgotten one with the pointer's
 /// size), the pinned block, the raw tail's size, and the agent's marks (`lcm_pin`,
@@ -89,7 +106,16 @@ pub(crate) async fn layout(
 ) -> ApiResult {
     let info = state.visible_session(&principal, &id).await?;
     let session = info.id;
-    let (context, summaries, all, marks, pinned, block, (stored, pointers)) = state
+    let LayoutRead {
+        context,
+        summaries,
+        all,
+        marks,
+        pinned,
+        block,
+        forgotten_stored,
+        forgotten_shown,
+    } = state
         .blocking(move |store| {
             let reader = store.reader()?;
             let context = reader.context(session)?;
@@ -101,41 +127,44 @@ pub(crate) async fn layout(
             // Counted, not read: a session may have thousands of summaries.
             let all = store.session_summary_count(session)?;
             let marks = reader.marks(session)?;
-            let pinned_ids: Vec<MessageId> = marks
-                .iter()
-                .filter_map(|m| match (m.mark, m.node) {
-                    (ContextMark::Pinned, NodeRef::Message(id)) => Some(id),
-                    _ => None,
-                })
-                .collect();
-            let pinned = pinned_ids
-                .iter()
-                .map(|id| reader.message(*id))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut pinned = Vec::new();
+            // A forgotten raw message shows its pointer (longer than a short message).
+            let (mut forgotten_stored, mut forgotten_shown) = (0u64, 0u64);
+            for m in &marks {
+                match (m.mark, m.node) {
+                    (ContextMark::Pinned, NodeRef::Message(id)) => pinned.push(reader.message(id)?),
+                    (ContextMark::Forgotten, NodeRef::Message(id)) => {
+                        let message = reader.message(id)?;
+                        forgotten_stored += u64::from(message.token_count);
+                        let pointer = forgotten_message(message, store.counter());
+                        forgotten_shown += u64::from(pointer.token_count);
+                    }
+                    _ => {}
+                }
+            }
             let block = match pinned_block(
                 &reader,
                 session,
                 &context,
-                &pinned_ids,
+                &pinned,
                 store.file_rules().large_file_tokens,
                 store.counter(),
             )? {
                 Some(ContextItem::Pinned {
                     tokens, messages, ..
-                }) => Some((tokens, messages.len())),
+                }) => Some((tokens, messages)),
                 _ => None,
             };
-            // A forgotten raw message shows its pointer (longer than a short message).
-            let mut forgotten = (0u64, 0u64);
-            for m in &marks {
-                if let (ContextMark::Forgotten, NodeRef::Message(id)) = (m.mark, m.node) {
-                    let message = reader.message(id)?;
-                    forgotten.0 += u64::from(message.token_count);
-                    let pointer = forgotten_message(message, store.counter());
-                    forgotten.1 += u64::from(pointer.token_count);
-                }
-            }
-            Ok((context, summaries, all, marks, pinned, block, forgotten))
+            Ok(LayoutRead {
+                context,
+                summaries,
+                all,
+                marks,
+                pinned,
+                block,
+                forgotten_stored,
+                forgotten_shown,
+            })
         })
         .await?;
     let forgotten = |node: NodeRef| {
@@ -186,7 +215,7 @@ pub(crate) async fn layout(
                 "token_count": m.token_count,
                 "at": at(NodeRef::Message(m.id)),
                 // Shown where it is while raw; in the pinned block once summarised.
-                "in_block": !(m.session == session && m.seq >= context.raw_from),
+                "in_block": block.as_ref().is_some_and(|(_, ids)| ids.contains(&m.id)),
             })
         })
         .collect();
@@ -199,10 +228,11 @@ pub(crate) async fn layout(
         "session": info,
         "summaries": top,
         "summary_count": all,
-        "pinned_block": block.map(|(tokens, messages)| json!({"tokens": tokens, "messages": messages})),
+        "pinned_block": block.map(|(tokens, ids)| json!({"tokens": tokens, "messages": ids.len()})),
         "raw_from": context.raw_from,
         "raw_messages": info.message_count.saturating_sub(context.raw_from),
-        "raw_tokens": (info.token_total.saturating_sub(covered) + pointers).saturating_sub(stored),
+        "raw_tokens": (info.token_total.saturating_sub(covered) + forgotten_shown)
+            .saturating_sub(forgotten_stored),
         "pinned": pinned,
         "forgotten": forgotten,
     })))

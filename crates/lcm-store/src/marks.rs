@@ -161,10 +161,8 @@ impl Store {
 impl StoreReader {
     /// The marks on `session`'s context, messages first, each kind in id order.
     pub fn marks(&self, session: SessionId) -> Result<Vec<MarkedNode>> {
-        let table = match self.txn.open_table(tables::CONTEXT_MARKS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
+        let Some(table) = self.marks_table()? else {
+            return Ok(Vec::new());
         };
         let mut out = Vec::new();
         for entry in table.range((session.0, 0, 0)..=(session.0, u8::MAX, u64::MAX))? {
@@ -185,10 +183,8 @@ impl StoreReader {
     /// it. Reads the whole table, which stays small (each session's forgotten items are in its
     /// context, its pins within `compaction.pinned_max_tokens`).
     pub fn marks_on(&self, node: NodeRef) -> Result<Vec<(SessionId, MarkedNode)>> {
-        let table = match self.txn.open_table(tables::CONTEXT_MARKS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
+        let Some(table) = self.marks_table()? else {
+            return Ok(Vec::new());
         };
         let wanted = dag::node_key(node);
         let mut out = Vec::new();
@@ -209,6 +205,17 @@ impl StoreReader {
             ));
         }
         Ok(out)
+    }
+
+    /// The marks table, `None` in a store written before marks existed.
+    fn marks_table(
+        &self,
+    ) -> Result<Option<redb::ReadOnlyTable<tables::MarkKey, tables::MarkValue>>> {
+        match self.txn.open_table(tables::CONTEXT_MARKS) {
+            Ok(table) => Ok(Some(table)),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
