@@ -16,7 +16,7 @@ use lcm_core::message::Message;
 use lcm_core::message::search_text;
 use lcm_core::summary::{ContextMark, ContextState, MarkedNode, NodeRef, Summary};
 use lcm_engine::assembly::{forgotten_message, forgotten_summary};
-use lcm_engine::{ContextItem, pinned_block};
+use lcm_engine::{ContextItem, file_reference_savings, pinned_block, shown_message};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -90,8 +90,10 @@ struct LayoutRead {
     pinned: Vec<Message>,
     /// The pinned block's tokens and messages.
     block: Option<(u64, Vec<MessageId>)>,
-    /// The stored tokens of the forgotten raw messages, and of the pointers shown instead.
-    forgotten_stored: u64,
+    /// Tokens the raw tail's file references save (large parts shown as references).
+    file_savings: u64,
+    /// The tokens the forgotten raw messages would show unmarked, and their pointers'.
+    forgotten_unmarked: u64,
     forgotten_shown: u64,
 }
 
@@ -113,7 +115,8 @@ pub(crate) async fn layout(
         marks,
         pinned,
         block,
-        forgotten_stored,
+        file_savings,
+        forgotten_unmarked,
         forgotten_shown,
     } = state
         .blocking(move |store| {
@@ -127,34 +130,31 @@ pub(crate) async fn layout(
             // Counted, not read: a session may have thousands of summaries.
             let all = store.session_summary_count(session)?;
             let marks = reader.marks(session)?;
+            let large = store.file_rules().large_file_tokens;
+            let file_savings =
+                file_reference_savings(&reader, session, context.raw_from..u64::MAX, large)?;
             let mut pinned = Vec::new();
             // A forgotten raw message shows its pointer (longer than a short message).
-            let (mut forgotten_stored, mut forgotten_shown) = (0u64, 0u64);
+            let (mut forgotten_unmarked, mut forgotten_shown) = (0u64, 0u64);
             for m in &marks {
                 match (m.mark, m.node) {
                     (ContextMark::Pinned, NodeRef::Message(id)) => pinned.push(reader.message(id)?),
                     (ContextMark::Forgotten, NodeRef::Message(id)) => {
-                        let message = reader.message(id)?;
-                        forgotten_stored += u64::from(message.token_count);
+                        let message = shown_message(&reader, reader.message(id)?, large)?;
+                        forgotten_unmarked += u64::from(message.token_count);
                         let pointer = forgotten_message(message, store.counter());
                         forgotten_shown += u64::from(pointer.token_count);
                     }
                     _ => {}
                 }
             }
-            let block = match pinned_block(
-                &reader,
-                session,
-                &context,
-                &pinned,
-                store.file_rules().large_file_tokens,
-                store.counter(),
-            )? {
-                Some(ContextItem::Pinned {
-                    tokens, messages, ..
-                }) => Some((tokens, messages)),
-                _ => None,
-            };
+            let block =
+                match pinned_block(&reader, session, &context, &pinned, large, store.counter())? {
+                    Some(ContextItem::Pinned {
+                        tokens, messages, ..
+                    }) => Some((tokens, messages)),
+                    _ => None,
+                };
             Ok(LayoutRead {
                 context,
                 summaries,
@@ -162,7 +162,8 @@ pub(crate) async fn layout(
                 marks,
                 pinned,
                 block,
-                forgotten_stored,
+                file_savings,
+                forgotten_unmarked,
                 forgotten_shown,
             })
         })
@@ -231,8 +232,10 @@ pub(crate) async fn layout(
         "pinned_block": block.map(|(tokens, ids)| json!({"tokens": tokens, "messages": ids.len()})),
         "raw_from": context.raw_from,
         "raw_messages": info.message_count.saturating_sub(context.raw_from),
+        // As the context shows the tail: large parts as references, forgotten messages as
+        // pointers.
         "raw_tokens": (info.token_total.saturating_sub(covered) + forgotten_shown)
-            .saturating_sub(forgotten_stored),
+            .saturating_sub(file_savings + forgotten_unmarked),
         "pinned": pinned,
         "forgotten": forgotten,
     })))

@@ -13,6 +13,8 @@
 //!
 //! The message itself is stored verbatim as always: a record only changes what a context shows.
 
+use std::ops::Range;
+
 use lcm_core::files::{
     FileInfo, FileRef, MessageFiles, read_call_path, render_file_reference, shown_part,
 };
@@ -25,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use crate::codec;
 use crate::error::{Result, StoreError};
+use crate::session_runs;
 use crate::store::{StoreReader, next_counter};
 use crate::tables::{self, meta};
 
@@ -505,6 +508,37 @@ impl StoreReader {
             Some(bytes) => Ok(Some(codec::decode("message_files", bytes.value())?)),
             None => Ok(None),
         }
+    }
+
+    /// The file references of `session`'s messages with sequence numbers in `seqs`, in order.
+    /// Reads the references table over the session's runs of ids, not the messages: only a
+    /// message with a file read or a large part has references, so a long stretch of a
+    /// session costs a few seeks.
+    pub fn session_message_files(
+        &self,
+        session: SessionId,
+        seqs: Range<u64>,
+    ) -> Result<Vec<(MessageId, MessageFiles)>> {
+        self.session(session)?;
+        let Some(table) = open_optional!(self.txn, tables::MESSAGE_FILES) else {
+            return Ok(Vec::new());
+        };
+        let index = self.txn.open_table(tables::SESSION_RUNS)?;
+        let mut out = Vec::new();
+        for run in session_runs::runs_in(&index, session.0, seqs.clone())? {
+            let run = run?;
+            let from = run.id_of(run.first_seq.max(seqs.start));
+            let to = run.id_of(run.end_seq().min(seqs.end));
+            if from >= to {
+                continue;
+            }
+            for entry in table.range(from..to)? {
+                let (id, bytes) = entry?;
+                let files = codec::decode("message_files", bytes.value())?;
+                out.push((MessageId(id.value()), files));
+            }
+        }
+        Ok(out)
     }
 
     /// The messages that reference a file, in order.

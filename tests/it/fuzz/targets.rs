@@ -888,6 +888,10 @@ fn tool_seeds(mcp: bool) -> Vec<Vec<u8>> {
             json!({"ids": ["sum_1"], "prompt": "what failed?"}),
         ),
         ("Task", json!({"prompt": "look", "description": "d"})),
+        ("lcm_pin", json!({"id": "msg_3"})),
+        ("lcm_pin", json!({"id": "msg_3", "unpin": true})),
+        ("lcm_forget", json!({"id": "sum_1"})),
+        ("lcm_forget", json!({"id": "msg_2", "restore": true})),
     ];
     if mcp {
         calls.extend([

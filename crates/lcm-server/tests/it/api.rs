@@ -834,3 +834,68 @@ async fn the_explorer_layout_shows_pins_and_forgotten_items_as_the_context_does(
     tool("lcm_forget", json!({"id": raw_forgotten, "restore": true})).await;
     assert_eq!(layout().await, plain);
 }
+
+#[tokio::test]
+async fn the_explorer_layout_counts_large_parts_of_the_raw_tail_as_their_references() {
+    let (mut setup, tmp, root) = Setup::new();
+    setup.config.files.large_file_tokens = 300;
+    setup.config.files.exploration_max_tokens = 120;
+    let server = start(setup, tmp, root).await;
+    let id = server.session("large").await;
+    // Two pasted logs of about 1,500 tokens each among short turns; nothing compacted, so the
+    // whole session is the raw tail.
+    let log = |name: &str| {
+        (0..150)
+            .map(|i| format!("{name} line {i}: request {i} served in {} ms\n", i * 3 % 97))
+            .collect::<String>()
+    };
+    let messages = json!([
+        {"role": "user", "content": "here is the first log"},
+        {"role": "user", "content": log("alpha")},
+        {"role": "assistant", "content": "the first log is fine"},
+        {"role": "user", "content": log("beta")},
+        {"role": "assistant", "content": "the second log is fine too"},
+    ]);
+    let answer = server
+        .post(&format!("/v1/sessions/{id}/messages"), &messages)
+        .await;
+    assert_eq!(answer.body["inserted"], 5, "{answer:?}");
+    let layout = || {
+        let path = format!("/v1/sessions/{id}/layout");
+        let server = &server;
+        async move {
+            let answer = server.get(&path).await;
+            assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+            answer.body
+        }
+    };
+    let context_messages = || {
+        let path = format!("/v1/describe/{id}");
+        let server = &server;
+        async move {
+            let described = server.get(&path).await;
+            assert_eq!(described.status, StatusCode::OK, "{described:?}");
+            described.body["context"]["breakdown"]["messages"]["tokens"].as_u64()
+        }
+    };
+
+    let plain = layout().await;
+    assert_eq!(plain["raw_from"], 0, "{plain}");
+    let stored = plain["session"]["token_total"].as_u64().unwrap();
+    let raw = plain["raw_tokens"].as_u64().unwrap();
+    // The logs are shown as their references: the tail shows far less than is stored.
+    assert!(raw * 2 < stored, "raw {raw}, stored {stored}");
+    assert_eq!(Some(raw), context_messages().await, "{plain}");
+
+    // A forgotten log shows its pointer, counted as the context counts it.
+    let forget = format!("/v1/sessions/{id}/tools/lcm_forget");
+    let answer = server.post(&forget, &json!({"id": "msg_1"})).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    let marked = layout().await;
+    assert_ne!(marked["raw_tokens"], plain["raw_tokens"]);
+    assert_eq!(
+        marked["raw_tokens"].as_u64(),
+        context_messages().await,
+        "{marked}"
+    );
+}

@@ -500,3 +500,63 @@ fn a_store_written_before_file_records_gets_them_at_its_first_writable_open() {
         .unwrap();
     assert_eq!(refs.refs[0].file, FileId(2));
 }
+
+#[test]
+fn a_sessions_file_references_are_read_by_sequence_across_interleaved_sessions() {
+    let store = store();
+    let a = store.create_session("a", None).unwrap();
+    let b = store.create_session("b", None).unwrap();
+    // The two sessions take turns, so each one's ids come in runs of one; every third message
+    // of each carries a large payload.
+    let mut large = [Vec::new(), Vec::new()];
+    for i in 0..12usize {
+        for (k, s) in [a, b].into_iter().enumerate() {
+            let text = if i % 3 == 1 {
+                csv(400 + i * 10 + k)
+            } else {
+                format!("turn {i}")
+            };
+            let id = store
+                .append(s, msg(Role::User, vec![Part::Text { text }]))
+                .unwrap()
+                .id;
+            if i % 3 == 1 {
+                large[k].push((i as u64, id));
+            }
+        }
+    }
+    let reader = store.reader().unwrap();
+    let ids = |refs: Vec<(MessageId, lcm_core::files::MessageFiles)>| {
+        refs.into_iter().map(|(id, _)| id).collect::<Vec<_>>()
+    };
+    for (k, s) in [a, b].into_iter().enumerate() {
+        let all: Vec<MessageId> = large[k].iter().map(|(_, id)| *id).collect();
+        assert_eq!(
+            ids(reader.session_message_files(s, 0..u64::MAX).unwrap()),
+            all
+        );
+        // From the fifth message on: the large ones at positions 7 and 10.
+        let later: Vec<MessageId> = large[k]
+            .iter()
+            .filter(|(seq, _)| *seq >= 5)
+            .map(|(_, id)| *id)
+            .collect();
+        assert_eq!(later.len(), 2);
+        assert_eq!(
+            ids(reader.session_message_files(s, 5..u64::MAX).unwrap()),
+            later
+        );
+        assert_eq!(ids(reader.session_message_files(s, 5..7).unwrap()), []);
+        let files = reader.session_message_files(s, 4..5).unwrap();
+        assert_eq!(ids(files.clone()), [large[k][1].1]);
+        assert_eq!(
+            Some(&files[0].1),
+            reader.message_files(large[k][1].1).unwrap().as_ref()
+        );
+    }
+    // An unknown session is an error, not an empty answer.
+    assert!(matches!(
+        reader.session_message_files(lcm_core::ids::SessionId(99), 0..u64::MAX),
+        Err(StoreError::SessionNotFound(_))
+    ));
+}
