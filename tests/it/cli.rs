@@ -1371,6 +1371,21 @@ fn help_describes_the_whole_tool_and_completions_cover_every_command() {
         );
     }
 
+    // `lcm tool --help` names every tool the registry has.
+    let tool_help = lcm(&data, &["tool", "--help"]);
+    assert!(tool_help.status.success());
+    let tool_help = String::from_utf8(tool_help.stdout).unwrap();
+    for definition in lcm::engine::ToolRegistry::with_builtins().definitions() {
+        let named = tool_help
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|w| w == definition.name);
+        assert!(
+            named,
+            "`{}` missing from lcm tool --help:\n{tool_help}",
+            definition.name
+        );
+    }
+
     for (shell, marker) in [
         ("bash", "complete -F _lcm"),
         ("zsh", "#compdef lcm"),

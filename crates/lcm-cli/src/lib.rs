@@ -95,7 +95,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Check the store's integrity (and the index's); with --repair, apply the safe repairs.
     Doctor(doctor::DoctorArgs),
-    /// Call one of the model's tools (lcm_grep, lcm_describe, lcm_expand) with JSON arguments.
+    /// Call one of the model's tools (lcm_grep, lcm_describe, lcm_pin, ...: `lcm tools` lists
+    /// them) with JSON arguments.
     Tool(tool_commands::ToolArgs),
     /// Print the tools' definitions (JSON Schemas) in the OpenAI or Anthropic shape.
     Tools(tool_commands::ToolsArgs),

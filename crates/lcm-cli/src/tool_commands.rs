@@ -13,7 +13,8 @@ use crate::output::print_json;
 
 #[derive(Debug, Args)]
 pub struct ToolArgs {
-    /// The tool: lcm_grep, lcm_describe or lcm_expand (see `lcm tools`).
+    /// The tool: lcm_grep, lcm_describe, lcm_expand, lcm_read_file, lcm_expand_query, Task,
+    /// Tasks, lcm_pin or lcm_forget (`lcm tools` prints their definitions).
     pub name: String,
     /// The arguments, as a JSON object.
     #[arg(long, default_value = "{}")]
