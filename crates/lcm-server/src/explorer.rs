@@ -86,8 +86,9 @@ struct LayoutRead {
     /// The session's summaries, in the context or not.
     all: u64,
     marks: Vec<MarkedNode>,
-    /// The pinned messages, in the marks' order.
-    pinned: Vec<Message>,
+    /// The pinned messages, in the marks' order, with the tokens each shows in a context
+    /// (large parts as their file references).
+    pinned: Vec<(Message, u32)>,
     /// The pinned block's tokens and messages.
     block: Option<(u64, Vec<MessageId>)>,
     /// Tokens the raw tail's file references save (large parts shown as references).
@@ -134,11 +135,17 @@ pub(crate) async fn layout(
             let file_savings =
                 file_reference_savings(&reader, session, context.raw_from..u64::MAX, large)?;
             let mut pinned = Vec::new();
+            let mut pinned_shown = Vec::new();
             // A forgotten raw message shows its pointer (longer than a short message).
             let (mut forgotten_unmarked, mut forgotten_shown) = (0u64, 0u64);
             for m in &marks {
                 match (m.mark, m.node) {
-                    (ContextMark::Pinned, NodeRef::Message(id)) => pinned.push(reader.message(id)?),
+                    (ContextMark::Pinned, NodeRef::Message(id)) => {
+                        let message = reader.message(id)?;
+                        let shown = shown_message(&reader, message.clone(), large)?;
+                        pinned_shown.push(shown.token_count);
+                        pinned.push(message);
+                    }
                     (ContextMark::Forgotten, NodeRef::Message(id)) => {
                         let message = shown_message(&reader, reader.message(id)?, large)?;
                         forgotten_unmarked += u64::from(message.token_count);
@@ -160,7 +167,7 @@ pub(crate) async fn layout(
                 summaries,
                 all,
                 marks,
-                pinned,
+                pinned: pinned.into_iter().zip(pinned_shown).collect(),
                 block,
                 file_savings,
                 forgotten_unmarked,
@@ -207,13 +214,14 @@ pub(crate) async fn layout(
     let at = |node: NodeRef| marks.iter().find(|m| m.node == node).map(|m| m.at);
     let pinned: Vec<Value> = pinned
         .iter()
-        .map(|m| {
+        .map(|(m, shown_tokens)| {
             json!({
                 "id": m.id,
                 "session": m.session,
                 "seq": m.seq,
                 "role": m.role,
                 "token_count": m.token_count,
+                "shown_tokens": shown_tokens,
                 "at": at(NodeRef::Message(m.id)),
                 // Shown where it is while raw; in the pinned block once summarised.
                 "in_block": block.as_ref().is_some_and(|(_, ids)| ids.contains(&m.id)),

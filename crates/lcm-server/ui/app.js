@@ -178,7 +178,8 @@ function contextBar(layout) {
 function marksList(layout) {
   if (!layout.pinned.length && !layout.forgotten.length) return null;
   const pinned = layout.pinned.map((m) => h("li", {}, h("span", { class: "mark pinned" }, "pinned"), " ", link(m.id),
-    ` ${m.role}, ${fmt(m.token_count)} tokens`,
+    ` ${m.role}, ${fmt(m.shown_tokens)} tokens`,
+    m.shown_tokens !== m.token_count ? ` (${fmt(m.token_count)} stored; large parts shown as references)` : "",
     m.session !== layout.session.id ? [", from ", link(m.session)] : ` (#${m.seq})`,
     m.in_block ? ": in the pinned block" : ": in the raw tail"));
   const forgotten = layout.forgotten.map((m) => h("li", {}, h("span", { class: "mark forgotten" }, "forgotten"), " ", link(m.id), ": shown as a pointer"));

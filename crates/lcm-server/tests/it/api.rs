@@ -898,4 +898,20 @@ async fn the_explorer_layout_counts_large_parts_of_the_raw_tail_as_their_referen
         context_messages().await,
         "{marked}"
     );
+    // A pinned log is listed with the tokens it shows, the ones its pin counts against the cap.
+    let pin = format!("/v1/sessions/{id}/tools/lcm_pin");
+    let pinned = server.post(&pin, &json!({"id": "msg_3"})).await;
+    assert_eq!(pinned.status, StatusCode::OK, "{pinned:?}");
+    let listed = &layout().await["pinned"][0];
+    assert_eq!(listed["id"], "msg_3", "{listed}");
+    let shown = listed["shown_tokens"].as_u64().expect("shown_tokens");
+    assert_eq!(
+        Some(shown),
+        pinned.body["tokens"].as_u64(),
+        "{listed} {pinned:?}"
+    );
+    assert!(
+        shown * 2 < listed["token_count"].as_u64().unwrap(),
+        "{listed}"
+    );
 }
