@@ -171,6 +171,19 @@ async fn an_mcp_client_lists_and_calls_the_tools() {
     unique.sort_unstable();
     unique.dedup();
     assert_eq!(unique.len(), names.len(), "{names:?}");
+    // Every tool the instructions name is one the server lists.
+    let instructions = info.instructions.as_deref().unwrap_or_default();
+    let named: Vec<&str> = instructions
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("lcm_"))
+        .collect();
+    assert!(named.contains(&"lcm_pin"), "{instructions}");
+    for tool in named {
+        assert!(
+            names.contains(&tool),
+            "the instructions name {tool}: {names:?}"
+        );
+    }
     for tool in &tools {
         assert_eq!(
             tool.input_schema.get("type"),

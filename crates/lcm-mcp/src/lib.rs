@@ -181,7 +181,8 @@ impl McpServer {
             "lcm keeps every message of its sessions verbatim and gives a model a bounded \
              context (summaries of older messages, then the recent ones). {working} \
              lcm_sessions lists the sessions; lcm_grep, lcm_describe and lcm_expand_query \
-             recall details from the whole history."
+             recall details from the whole history; lcm_pin keeps a message in a context past \
+             compaction and lcm_forget sets an item of it aside as a pointer until restored."
         );
         Ok(McpServer {
             inner: Arc::new(Inner {
