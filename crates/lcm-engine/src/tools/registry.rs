@@ -185,8 +185,8 @@ impl ToolContext {
     }
 }
 
-/// A tool a model can call: built-in (`lcm_grep`, `lcm_describe`, `lcm_expand`) or provided by
-/// the host. Arguments reach [`Tool::call`] only after the registry validated them against
+/// A tool a model can call: built-in ([`super::builtin_tools`]: `lcm_grep`, `lcm_describe`,
+/// `lcm_pin`, ...) or provided by the host. Arguments reach [`Tool::call`] only after the registry validated them against
 /// [`Tool::definition`]'s schema.
 #[async_trait]
 pub trait Tool: Send + Sync {
@@ -237,7 +237,9 @@ impl ToolRegistry {
         ToolRegistry::default()
     }
 
-    /// A registry with the built-in retrieval tools: `lcm_grep`, `lcm_describe`, `lcm_expand`.
+    /// A registry with the built-in tools ([`super::builtin_tools`]): retrieval (`lcm_grep`,
+    /// `lcm_describe`, `lcm_expand`, `lcm_read_file`, `lcm_expand_query`), delegation (`Task`,
+    /// `Tasks`) and the agent's marks on its context (`lcm_pin`, `lcm_forget`).
     pub fn with_builtins() -> Self {
         let mut registry = ToolRegistry::new();
         for tool in super::builtin_tools() {
