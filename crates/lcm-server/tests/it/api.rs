@@ -727,15 +727,8 @@ async fn the_explorer_layout_shows_pins_and_forgotten_items_as_the_context_does(
         .get(&format!("/v1/sessions/{id}/context?budget=1500"))
         .await;
     assert_eq!(compacted.status, StatusCode::OK, "{compacted:?}");
-    let layout = || {
-        let path = format!("/v1/sessions/{id}/layout");
-        let server = &server;
-        async move {
-            let answer = server.get(&path).await;
-            assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
-            answer.body
-        }
-    };
+    let layout_path = format!("/v1/sessions/{id}/layout");
+    let layout = || server.get_ok(&layout_path);
 
     // Unmarked: no pins, nothing forgotten, no pinned block.
     let plain = layout().await;
@@ -860,23 +853,12 @@ async fn the_explorer_layout_counts_large_parts_of_the_raw_tail_as_their_referen
         .post(&format!("/v1/sessions/{id}/messages"), &messages)
         .await;
     assert_eq!(answer.body["inserted"], 5, "{answer:?}");
-    let layout = || {
-        let path = format!("/v1/sessions/{id}/layout");
-        let server = &server;
-        async move {
-            let answer = server.get(&path).await;
-            assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
-            answer.body
-        }
-    };
-    let context_messages = || {
-        let path = format!("/v1/describe/{id}");
-        let server = &server;
-        async move {
-            let described = server.get(&path).await;
-            assert_eq!(described.status, StatusCode::OK, "{described:?}");
-            described.body["context"]["breakdown"]["messages"]["tokens"].as_u64()
-        }
+    let layout_path = format!("/v1/sessions/{id}/layout");
+    let layout = || server.get_ok(&layout_path);
+    let describe_path = format!("/v1/describe/{id}");
+    let context_messages = || async {
+        let described = server.get_ok(&describe_path).await;
+        described["context"]["breakdown"]["messages"]["tokens"].as_u64()
     };
 
     let plain = layout().await;

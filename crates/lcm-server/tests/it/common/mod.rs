@@ -216,6 +216,13 @@ impl TestServer {
             .await
     }
 
+    /// GET that must answer 200 OK; its body.
+    pub async fn get_ok(&self, path: &str) -> Value {
+        let answer = self.get(path).await;
+        assert_eq!(answer.status, StatusCode::OK, "GET {path}: {answer:?}");
+        answer.body
+    }
+
     /// POST JSON with the server's own token.
     pub async fn post(&self, path: &str, body: &Value) -> Answer {
         self.send(
