@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use lcm::core::config::Config;
 use lcm::core::message::{NewMessage, Role};
 use lcm::core::rng::SplitMix64;
+use lcm::core::summary::{ContextMark, NodeRef};
 use lcm::core::tokens::{Encoding, TokenCounter};
 use lcm::engine::operators::MapRequest;
 use lcm::engine::runtime::{Runtime, RuntimeEvent, RuntimeOptions};
@@ -184,6 +185,43 @@ enum Ack {
     Job { id: String },
     /// A delegation returned: the sub-agent's session and its parent.
     Task { child: u64, parent: u64 },
+    /// The agent asked for a mark on a message of its session (`lcm_pin`, `lcm_forget`); the
+    /// call had not returned yet.
+    MarkAsked {
+        session: u64,
+        message: u64,
+        op: MarkOp,
+    },
+    /// That call returned: the mark is made.
+    Marked {
+        session: u64,
+        message: u64,
+        op: MarkOp,
+    },
+}
+
+/// A change of the agent's marks the compaction workloads make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkOp {
+    Pin,
+    Unpin,
+    Forget,
+}
+
+impl MarkOp {
+    fn name(self) -> &'static str {
+        match self {
+            MarkOp::Pin => "pin",
+            MarkOp::Unpin => "unpin",
+            MarkOp::Forget => "forget",
+        }
+    }
+
+    fn parse(name: &str) -> Option<MarkOp> {
+        [MarkOp::Pin, MarkOp::Unpin, MarkOp::Forget]
+            .into_iter()
+            .find(|op| op.name() == name)
+    }
 }
 
 impl Ack {
@@ -194,6 +232,16 @@ impl Ack {
             Ack::Import { path } => format!("imp {}", path.display()),
             Ack::Job { id } => format!("job {id}"),
             Ack::Task { child, parent } => format!("task {child} {parent}"),
+            Ack::MarkAsked {
+                session,
+                message,
+                op,
+            } => format!("mark? {session} {message} {}", op.name()),
+            Ack::Marked {
+                session,
+                message,
+                op,
+            } => format!("mark {session} {message} {}", op.name()),
         }
     }
 
@@ -213,6 +261,24 @@ impl Ack {
                 child: words.next()?.parse().ok()?,
                 parent: words.next()?.parse().ok()?,
             },
+            "mark?" | "mark" => {
+                let session = words.next()?.parse().ok()?;
+                let message = words.next()?.parse().ok()?;
+                let op = MarkOp::parse(words.next()?)?;
+                if what == "mark" {
+                    Ack::Marked {
+                        session,
+                        message,
+                        op,
+                    }
+                } else {
+                    Ack::MarkAsked {
+                        session,
+                        message,
+                        op,
+                    }
+                }
+            }
             _ => return None,
         })
     }
@@ -224,6 +290,8 @@ impl Ack {
             Ack::Import { .. } => "imports",
             Ack::Job { .. } => "map_jobs",
             Ack::Task { .. } => "delegations",
+            Ack::MarkAsked { .. } => "marks_asked",
+            Ack::Marked { .. } => "marks",
         }
     }
 }
@@ -467,11 +535,59 @@ async fn appends(rt: Runtime, tag: &'static str, acks: Acks) {
     }
 }
 
+/// Pinned messages a compaction workload keeps at once (the oldest is unpinned first), well
+/// within `compaction.pinned_max_tokens`.
+const MAX_PINS: usize = 6;
+
+/// Appends, each followed by a context for [`BUDGET`] (which compacts), and the agent's marks
+/// on its context meanwhile: every third message pinned, every fifth other one forgotten
+/// while it is raw.
 async fn compactions(rt: Runtime, tag: &'static str, acks: Acks) {
     let Ok(session) = rt.session(&format!("crash-{tag}")).await else {
         return;
     };
     let mut events = rt.subscribe();
+    let tools = lcm::engine::ToolRegistry::with_builtins();
+    let ctx = lcm::engine::ToolContext::new(
+        Arc::clone(rt.store()),
+        Some(Arc::clone(rt.index())),
+        Arc::new(rt.config().clone()),
+        lcm::engine::Caller::main_agent(Some(session.id())),
+    );
+    let session_id = session.id().0;
+    let mark = |message: MessageId, op: MarkOp| {
+        let (tools, ctx, acks) = (&tools, &ctx, &acks);
+        async move {
+            let (session, message) = (session_id, message.0);
+            acks.push(Ack::MarkAsked {
+                session,
+                message,
+                op,
+            });
+            let (name, args) = match op {
+                MarkOp::Pin => ("lcm_pin", json!({"id": format!("msg_{message}")})),
+                MarkOp::Unpin => (
+                    "lcm_pin",
+                    json!({"id": format!("msg_{message}"), "unpin": true}),
+                ),
+                MarkOp::Forget => ("lcm_forget", json!({"id": format!("msg_{message}")})),
+            };
+            match tools.call(ctx, name, args).await {
+                Ok(_) => {
+                    acks.push(Ack::Marked {
+                        session,
+                        message,
+                        op,
+                    });
+                    Some(true)
+                }
+                // Refused: the message was summarised before it could be forgotten.
+                Err(lcm::engine::ToolError::InvalidRequest { .. }) => Some(false),
+                Err(_) => None,
+            }
+        }
+    };
+    let mut pins: Vec<MessageId> = Vec::new();
     let mut n = 0u64;
     loop {
         let Ok(r) = session
@@ -487,6 +603,18 @@ async fn compactions(rt: Runtime, tag: &'static str, acks: Acks) {
         });
         n += 1;
         if session.context(BUDGET).await.is_err() {
+            return;
+        }
+        if n % 3 == 1 {
+            if pins.len() == MAX_PINS && mark(pins.remove(0), MarkOp::Unpin).await.is_none() {
+                return;
+            }
+            match mark(r.id, MarkOp::Pin).await {
+                Some(true) => pins.push(r.id),
+                Some(false) => {}
+                None => return,
+            }
+        } else if n % 5 == 1 && mark(r.id, MarkOp::Forget).await.is_none() {
             return;
         }
         while let Ok(event) = events.try_recv() {
@@ -858,6 +986,8 @@ async fn verify(
                     violations.push(format!("acknowledged map job {id} lost"));
                 }
             }
+            // Checked together below: a mark depends on the calls after it.
+            Ack::MarkAsked { .. } | Ack::Marked { .. } => {}
             Ack::Task { child, parent } => match store.session(SessionId(*child)) {
                 Ok(info) if info.parent == Some(SessionId(*parent)) && info.message_count > 0 => {}
                 Ok(info) => violations.push(format!(
@@ -869,6 +999,7 @@ async fn verify(
             },
         }
     }
+    check_marks(&store, acked, violations);
     check_jobs(&rt, root, violations).await;
     // No orphan child session: every parent named exists (the integrity check checks it too).
     if let Ok(sessions) = store.sessions() {
@@ -887,6 +1018,61 @@ async fn verify(
     }
     if let Err(e) = rt.shutdown(Duration::from_secs(5)).await {
         violations.push(format!("the runtime does not shut down: {e}"));
+    }
+}
+
+/// The agent's marks after the crash: each message's mark is the one its last returned call
+/// made (none for a forgotten message summarised since: its mark goes with the summary that
+/// covers it), or, when a call on it had not returned, possibly that call's.
+fn check_marks(store: &Store, acked: &[Ack], violations: &mut Vec<String>) {
+    // Per (session, message): the last call that returned, and one asked after it.
+    let mut calls: BTreeMap<(u64, u64), (Option<MarkOp>, Option<MarkOp>)> = BTreeMap::new();
+    for ack in acked {
+        match *ack {
+            Ack::MarkAsked {
+                session,
+                message,
+                op,
+            } => calls.entry((session, message)).or_default().1 = Some(op),
+            Ack::Marked {
+                session,
+                message,
+                op,
+            } => *calls.entry((session, message)).or_default() = (Some(op), None),
+            _ => {}
+        }
+    }
+    for ((session, message), (returned, running)) in calls {
+        let (session, id) = (SessionId(session), MessageId(message));
+        let read = store.reader().and_then(|reader| {
+            let raw_from = reader.context(session)?.raw_from;
+            let raw = reader.message(id)?.seq >= raw_from;
+            let mark = reader
+                .marks(session)?
+                .into_iter()
+                .find(|m| m.node == NodeRef::Message(id))
+                .map(|m| m.mark);
+            Ok((raw, mark))
+        });
+        let (raw, mark) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                violations.push(format!("the marks of {session} cannot be read: {e}"));
+                return;
+            }
+        };
+        let made = |op: Option<MarkOp>| match op {
+            Some(MarkOp::Pin) => Some(ContextMark::Pinned),
+            Some(MarkOp::Forget) if raw => Some(ContextMark::Forgotten),
+            Some(MarkOp::Unpin | MarkOp::Forget) | None => None,
+        };
+        let allowed = [Some(made(returned)), running.map(|op| made(Some(op)))];
+        if !allowed.contains(&Some(mark)) {
+            violations.push(format!(
+                "{id} in {session} is marked {mark:?} after calls {returned:?} (returned), \
+                 {running:?} (running)"
+            ));
+        }
     }
 }
 

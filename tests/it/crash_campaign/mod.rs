@@ -83,4 +83,7 @@ fn short_crash_campaign_loses_nothing_acknowledged() {
             "{kind:?}: nothing acknowledged before the crashes"
         );
     }
+    // The compaction workloads' pins and forgets were made, and checked after their crashes.
+    let marks: u64 = outcomes.iter().filter_map(|o| o.acked.get("marks")).sum();
+    assert!(marks > 0, "no mark was acknowledged before the crashes");
 }
