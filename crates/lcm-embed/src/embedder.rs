@@ -112,7 +112,7 @@ pub(crate) fn mapped_weights(path: &Path) -> Result<VarBuilder<'static>> {
     }
     .map_err(|e| EmbedError::Invalid {
         path: path.to_path_buf(),
-        detail: e.to_string(),
+        detail: candle_message(&e),
     })
 }
 
@@ -136,7 +136,22 @@ pub(crate) fn head_bytes(text: &str, max_bytes: usize) -> &str {
 }
 
 pub(crate) fn model_error(e: candle_core::Error) -> EmbedError {
-    EmbedError::Model(e.to_string())
+    EmbedError::Model(candle_message(&e))
+}
+
+/// A candle error's message, without the backtrace candle captures into it when
+/// `RUST_BACKTRACE` is set: the message is for the user, the backtrace is candle's insides.
+pub(crate) fn candle_message(e: &candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => candle_message(inner),
+        candle_core::Error::Context { inner, context } => {
+            format!("{context}: {}", candle_message(inner))
+        }
+        candle_core::Error::WithPath { inner, path } => {
+            format!("{}: {}", path.display(), candle_message(inner))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// How an [`Embedder`] runs.
@@ -316,6 +331,15 @@ impl Embedder {
         let config_path = root.join("config.json");
         let config_bytes = read(&config_path)?;
         let config: EncoderConfig = parse(&config_path, &config_bytes)?;
+        if config.is_cross_encoder() {
+            return Err(EmbedError::Invalid {
+                path: config_path,
+                detail: "this is a cross-encoder (a reranker: it scores a query and a passage \
+                         together), not an embedding model; give its directory as \
+                         `[embeddings] reranker_dir`"
+                    .into(),
+            });
+        }
         let family = config.family().map_err(|detail| EmbedError::Invalid {
             path: config_path,
             detail,
@@ -428,7 +452,10 @@ impl Embedder {
         let vb = mapped_weights(&weights)?;
         let model = Encoder::load(vb, &config).map_err(|e| EmbedError::Invalid {
             path: weights.clone(),
-            detail: format!("not the weights of the model config.json describes: {e}"),
+            detail: format!(
+                "not the weights of the model config.json describes: {}",
+                candle_message(&e)
+            ),
         })?;
         let pool = compute_pool(options.threads, "lcm-embed")?;
         Ok(Embedder {
@@ -720,6 +747,50 @@ mod tests {
         const fn shared<T: Send + Sync>() {}
         shared::<Embedder>();
     };
+
+    /// A message for the user: candle's backtrace (captured under `RUST_BACKTRACE`) left out,
+    /// its context and path kept.
+    #[test]
+    fn candle_messages_leave_the_backtrace_out() {
+        let inner =
+            || candle_core::Error::Msg("cannot find tensor bert.pooler.dense.weight".into());
+        let traced = candle_core::Error::WithBacktrace {
+            inner: Box::new(inner()),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        assert!(traced.to_string().len() > inner().to_string().len());
+        assert_eq!(
+            candle_message(&traced),
+            "cannot find tensor bert.pooler.dense.weight"
+        );
+        let placed = traced.with_path("/m/model.safetensors").context("loading");
+        assert_eq!(
+            candle_message(&placed),
+            "loading: /m/model.safetensors: cannot find tensor bert.pooler.dense.weight"
+        );
+    }
+
+    /// A cross-encoder's directory given as the embedding model is refused before its
+    /// weights are read, with the option it belongs in.
+    #[test]
+    fn a_cross_encoder_is_refused_as_the_embedding_model() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = serde_json::json!({
+            "architectures": ["BertForSequenceClassification"],
+            "model_type": "bert", "vocab_size": 30522, "hidden_size": 384,
+            "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 1536,
+            "hidden_act": "gelu", "max_position_embeddings": 512, "type_vocab_size": 2,
+            "layer_norm_eps": 1e-12, "num_labels": 1
+        });
+        std::fs::write(tmp.path().join("config.json"), config.to_string()).unwrap();
+        let Err(error) = Embedder::load(tmp.path(), EmbedOptions::default()) else {
+            panic!("a cross-encoder loaded as an embedding model");
+        };
+        let message = error.to_string();
+        assert!(matches!(error, EmbedError::Invalid { .. }), "{message}");
+        assert!(message.contains("cross-encoder"), "{message}");
+        assert!(message.contains("reranker_dir"), "{message}");
+    }
 
     /// all-MiniLM-L6-v2 from `../shared/tools/embed-model/setup.sh` (see tests/it/model.rs),
     /// or `None` with a message.

@@ -56,6 +56,10 @@ pub(crate) struct Config {
     /// MPNet counts positions from this id plus one (1 in every released MPNet).
     #[serde(default)]
     pub pad_token_id: Option<u32>,
+    /// `transformers`' model classes the weights are for (`BertModel`,
+    /// `BertForSequenceClassification`, ...), when the file names them.
+    #[serde(default)]
+    pub architectures: Vec<String>,
 }
 
 /// The encoders this module computes (see the module doc).
@@ -66,6 +70,14 @@ pub(crate) enum Family {
 }
 
 impl Config {
+    /// Whether the file describes a cross-encoder: a model with a classification head that
+    /// scores a pair of texts (`...ForSequenceClassification`), not one that embeds a text.
+    pub fn is_cross_encoder(&self) -> bool {
+        self.architectures
+            .iter()
+            .any(|a| a.ends_with("ForSequenceClassification"))
+    }
+
     /// The encoder this configuration describes (`model_type` absent: BERT, as older
     /// sentence-transformers directories have it), or why it is not one this module computes
     /// faithfully.

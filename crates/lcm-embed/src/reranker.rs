@@ -22,8 +22,8 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::embedder::{
-    EmbedError, HEAD_BYTES_PER_TOKEN, compute_pool, head_bytes, in_length_batches, mapped_weights,
-    model_error, padded, parse, read,
+    EmbedError, HEAD_BYTES_PER_TOKEN, candle_message, compute_pool, head_bytes, in_length_batches,
+    mapped_weights, model_error, padded, parse, read,
 };
 use crate::encoder::{Config as EncoderConfig, Encoder, Family, Linear};
 
@@ -94,6 +94,13 @@ impl Reranker {
             path: config_path.clone(),
             detail,
         };
+        if !config.architectures.is_empty() && !config.is_cross_encoder() {
+            return Err(invalid(format!(
+                "this is not a cross-encoder ({}: no classification head to score a query and \
+                 a passage with); an embedding model goes in `[embeddings] model_dir`",
+                config.architectures.join(", ")
+            )));
+        }
         let family = config.family().map_err(invalid)?;
         if family != Family::Bert {
             return Err(invalid(
@@ -132,7 +139,8 @@ impl Reranker {
             path: weights.clone(),
             detail: format!(
                 "not the weights of the cross-encoder config.json describes \
-                 (bert.*, bert.pooler.dense, classifier): {e}"
+                 (bert.*, bert.pooler.dense, classifier): {}",
+                candle_message(&e)
             ),
         };
         let hidden = config.hidden_size;

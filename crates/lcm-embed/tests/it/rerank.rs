@@ -143,4 +143,13 @@ fn a_directory_that_is_not_a_cross_encoder_is_refused_naming_the_file() {
     );
     let (invalid, text) = with(&|_| {}, false);
     assert!(invalid && text.contains("model.safetensors"), "{text}");
+    // An embedding model's configuration says where it belongs instead.
+    let (invalid, text) = with(
+        &|c| c["architectures"] = serde_json::json!(["BertModel"]),
+        true,
+    );
+    assert!(
+        invalid && text.contains("not a cross-encoder") && text.contains("model_dir"),
+        "{text}"
+    );
 }
