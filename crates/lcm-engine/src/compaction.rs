@@ -40,9 +40,13 @@
 //! Goal and convergence: a run started at the soft threshold aims below it. If the fresh tail
 //! alone keeps the context above the **hard** threshold, the tail is compacted too, down to its
 //! last two messages; and if no raw span is left, the oldest summaries are condensed again (a
-//! single one included), each pass at least halving what it covers. So every run ends under the
-//! hard threshold whenever the last two messages fit in it. Summary targets never exceed a third
-//! of the input, so small spans shrink too.
+//! single one too, while it is large enough for even the smallest summary to save
+//! `MIN_SUMMARY_TOKENS` on it). Summary targets never exceed a third of the input, so small
+//! spans shrink too. A summary that would not be smaller than what it replaces (by
+//! `MIN_SUMMARY_TOKENS`, for a lone one) is not applied, and the run ends there: planning again
+//! would give the same pass. So every run ends under the hard threshold whenever the last two
+//! messages and the smallest summaries fit in it, and never writes a chain of summaries that
+//! do not shrink; what still does not fit, `AssembledContext::fit` leaves out of the request.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -78,6 +82,22 @@ const MIN_SPAN_TOKENS: u32 = SUMMARY_HEADER_TOKENS + MIN_SUMMARY_TOKENS;
 /// Whether a span of `tokens` is worth summarising (see [`MIN_SPAN_TOKENS`]).
 fn worth_summarising(tokens: u64) -> bool {
     tokens > u64::from(MIN_SPAN_TOKENS)
+}
+
+/// Whether a lone summary of `tokens` is worth summarising again, one level deeper: only when
+/// even the smallest summary ([`MIN_SPAN_TOKENS`]) would save [`MIN_SUMMARY_TOKENS`] on it.
+/// (A summary not much above that floor can only be rewritten at about its size: re-summarising
+/// it again and again built chains of dozens of summaries of one size, one per pass.)
+fn worth_summarising_alone(tokens: u64) -> bool {
+    tokens >= u64::from(MIN_SPAN_TOKENS + MIN_SUMMARY_TOKENS)
+}
+
+/// Whether a summary of `output` tokens is worth applying in place of sources of `input`
+/// tokens: it must be smaller, and a lone summary summarised again must save at least
+/// [`MIN_SUMMARY_TOKENS`] (see [`worth_summarising_alone`]).
+fn saves_enough(input: u32, output: u32, lone: bool) -> bool {
+    let floor = if lone { MIN_SUMMARY_TOKENS } else { 1 };
+    input.saturating_sub(output) >= floor
 }
 
 /// Messages of the tail kept raw even when the hard threshold forces compacting into the tail.
@@ -121,6 +141,9 @@ pub struct CompactionReport {
     pub provider_calls: u32,
     /// Whether the run ended below its goal (the soft threshold).
     pub reached_goal: bool,
+    /// Summaries written by the summariser but not applied because they would not have
+    /// saved enough over what they replace (see the module doc); the run ends at the first.
+    pub unproductive: u32,
 }
 
 impl CompactionReport {
@@ -288,10 +311,14 @@ async fn run(
         stale: 0,
         provider_calls: 0,
         reached_goal: tokens_before <= goal,
+        unproductive: 0,
     };
     let mut attempts = 0;
     loop {
-        let planned = if report.tokens_after > goal && report.passes.len() < config.max_passes {
+        let planned = if report.unproductive == 0
+            && report.tokens_after > goal
+            && report.passes.len() < config.max_passes
+        {
             let tail_max_tokens = (config.fresh_tail_max_share * budget as f64) as u64;
             let excess = ctx.tokens.saturating_sub(aim);
             plan(
@@ -362,6 +389,15 @@ async fn run(
         let content = with_commitments(counter, outcome.text, &open, request.input_tokens);
         // The header names every file under the summary: its stored count pays for them too.
         let token_count = summary_tokens(counter, &content) + files_tokens(counter, &files);
+        // A summary that would not save enough is not written, and the run plans nothing more:
+        // it would plan the same pass again (the structured summariser writes a condensed
+        // summary from its sources' digests, so a lone summary comes out the same).
+        let lone = kind == SummaryKind::Condensed && sources.len() == 1;
+        let replaced = request.input_tokens + SUMMARY_HEADER_TOKENS;
+        if !saves_enough(replaced, token_count, lone) {
+            report.unproductive += 1;
+            continue;
+        }
         let new = NewSummary {
             session,
             kind,
@@ -641,7 +677,12 @@ pub fn plan(
                 .take_while(|s| s.1 == depth)
                 .count();
             let run = &summaries[start..start + len.min(fanout)];
-            if worth_summarising(span_tokens(run)) {
+            let worth = if run.len() == 1 {
+                worth_summarising_alone(span_tokens(run))
+            } else {
+                worth_summarising(span_tokens(run))
+            };
+            if worth {
                 return Some(Pass::Condensed {
                     depth: depth + 1,
                     summaries: ids(run),

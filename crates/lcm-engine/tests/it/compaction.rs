@@ -865,3 +865,80 @@ async fn a_long_history_compacted_in_many_runs_ends_measured_and_whole() {
     assert_eq!(reachable(&store, s), all_messages(&store, s));
     assert_leaf_spans_closed(&store, s);
 }
+
+/// Regression (session 41): under a window so small that one summary of about its minimal size
+/// stays over the hard threshold, each pass re-summarised that lone summary one level deeper
+/// at the same size (the structured summariser writes a condensed summary from its sources'
+/// digest: the first request kept whatever the target), so a single run wrote `max_passes`
+/// (64) summaries of 166 tokens in a chain, and every later run as many again. Now a lone
+/// summary is only summarised again while that can save tokens, a summary that would not
+/// save enough is not applied, and runs after the first write nothing.
+#[tokio::test]
+async fn a_lone_summary_at_its_floor_is_not_summarised_again_and_again() {
+    use lcm_llm::structured::StructuredSummarizer;
+    use lcm_store::import::{ImportOptions, import_file};
+    let store = store();
+    let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/transcripts/demo-session.jsonl");
+    let imported = import_file(&store, &demo, &ImportOptions::default(), |_, _| {}).unwrap();
+    assert!(imported.imported >= 20, "{imported:?}");
+    let s = store.sessions().unwrap()[0].id;
+    let summarizer = StructuredSummarizer::new(counter());
+    let config = CompactionConfig::default();
+    // The demo's own compaction first (a 2,000-token window), then a 300-token one, thrice.
+    compact(&store, s, 2_000, &config, &summarizer, |_| {})
+        .await
+        .unwrap();
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        reports.push(
+            compact(&store, s, 300, &config, &summarizer, |_| {})
+                .await
+                .unwrap(),
+        );
+    }
+    let summaries = store.session_summaries(s).unwrap();
+    let shape: Vec<_> = summaries
+        .iter()
+        .map(|x| (x.id, x.depth, x.sources.len(), x.token_count))
+        .collect();
+    assert!(summaries.len() <= 8, "{shape:?}: {reports:?}");
+    // A lone summary summarised again saved at least 32 tokens on its source.
+    let tokens = |id: NodeRef| {
+        summaries
+            .iter()
+            .find(|x| NodeRef::Summary(x.id) == id)
+            .map(|x| x.token_count)
+    };
+    for x in &summaries {
+        if x.kind == SummaryKind::Condensed && x.sources.len() == 1 {
+            let source = tokens(x.sources[0]).unwrap();
+            assert!(
+                x.token_count + 32 <= source,
+                "{} ({} tokens) re-summarises {:?} ({source} tokens)",
+                x.id,
+                x.token_count,
+                x.sources[0]
+            );
+        }
+    }
+    // Every pass applied saved tokens; the later runs found nothing worth doing.
+    for report in &reports {
+        assert!(
+            report
+                .passes
+                .iter()
+                .all(|p| p.output_tokens < p.input_tokens),
+            "{report:?}"
+        );
+    }
+    assert!(
+        reports[1].passes.is_empty() && reports[2].passes.is_empty(),
+        "{reports:?}"
+    );
+    assert!(reports.iter().all(|r| r.unproductive <= 1), "{reports:?}");
+    // Nothing lost, and the context still fits the window (the rest is left out of it).
+    assert_eq!(reachable(&store, s), all_messages(&store, s));
+    let fitted = assemble(&store, s).unwrap().fit(300, 0, counter()).unwrap();
+    assert!(fitted.tokens <= 300);
+}
