@@ -942,3 +942,54 @@ async fn a_lone_summary_at_its_floor_is_not_summarised_again_and_again() {
     let fitted = assemble(&store, s).unwrap().fit(300, 0, counter()).unwrap();
     assert!(fitted.tokens <= 300);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+    /// Whatever the session and however small the window, compaction with the default
+    /// summariser only applies passes that shrink what they replace (a lone summary summarised
+    /// again by at least 32 tokens), stops at the first that would not, and a run with nothing
+    /// new to compact writes nothing: runs converge instead of chaining summaries.
+    #[test]
+    fn compaction_runs_converge_whatever_the_window(
+        turns in proptest::collection::vec((0usize..4, 1usize..12), 2..30),
+        budget in 200u64..3_000,
+    ) {
+        use lcm_llm::structured::StructuredSummarizer;
+        let store = store();
+        let s = store.create_session("s", None).unwrap();
+        for (i, (shape, size)) in turns.iter().enumerate() {
+            let message = match shape {
+                0 => NewMessage::text(Role::User, format!("Please fix module {i} next. {}", plain_text(i, *size))),
+                1 => NewMessage::text(Role::Assistant, format!("I'll run the tests after this. {}", long_text(i, *size))),
+                2 => NewMessage::text(Role::Assistant, plain_text(i, *size)),
+                _ => NewMessage::text(Role::User, long_text(i, *size)),
+            };
+            store.append(s, message).unwrap();
+        }
+        let config = CompactionConfig::default();
+        let summarizer = StructuredSummarizer::new(counter());
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut reports = Vec::new();
+        for _ in 0..3 {
+            reports.push(
+                runtime
+                    .block_on(compact(&store, s, budget, &config, &summarizer, |_| {}))
+                    .unwrap(),
+            );
+        }
+        for report in &reports {
+            proptest::prop_assert!(report.unproductive <= 1, "{report:?}");
+            for pass in &report.passes {
+                let lone = pass.kind == SummaryKind::Condensed && pass.sources == 1;
+                let saved = pass.input_tokens.saturating_sub(pass.output_tokens);
+                proptest::prop_assert!(
+                    saved >= if lone { 32 } else { 1 },
+                    "{pass:?} in {report:?}"
+                );
+            }
+        }
+        proptest::prop_assert!(reports[2].passes.is_empty(), "{reports:?}");
+        proptest::prop_assert_eq!(reachable(&store, s), all_messages(&store, s));
+    }
+}
