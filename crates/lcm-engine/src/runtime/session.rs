@@ -8,7 +8,9 @@
 //!   the compactor for a compaction (one at a time per session) and answers at once: summaries
 //!   are swapped in atomically when ready. Above the hard threshold the request waits (without
 //!   blocking the actor: appends keep flowing) until a compaction brings the context back
-//!   under the hard threshold, or cannot.
+//!   under the hard threshold, or cannot. A context that the last compaction could do nothing
+//!   for (the same tokens, for the same budget) is answered at once without asking again, so a
+//!   host polling an unchanged session costs no compaction runs or summariser calls.
 //!
 //! The actor's state is a cache of the store: a restarted actor starts from what redb holds,
 //! and a compaction it was waiting for is asked for again by the next context request.
@@ -95,6 +97,10 @@ pub(crate) struct SessionState {
     session: SessionId,
     heartbeat: Arc<Heartbeat>,
     compaction: Option<InFlight>,
+    /// The context's tokens and the budget of the last compaction that could do nothing:
+    /// while a context request finds both unchanged, no compaction is asked for again (it
+    /// would plan the same nothing, or write and discard the same summary).
+    stuck: Option<(u64, u64)>,
     next_ticket: u64,
     compactions_requested: u64,
     waiters: Vec<Waiter>,
@@ -124,6 +130,7 @@ impl Actor for SessionActor {
             session: args.session,
             heartbeat: args.heartbeat,
             compaction: None,
+            stuck: None,
             next_ticket: 0,
             compactions_requested: 0,
             waiters: Vec::new(),
@@ -268,7 +275,8 @@ async fn context(
         }
     };
     let t = thresholds(&state.shared, budget);
-    if !t.above_soft(ctx.tokens) {
+    // Below the soft threshold, or as it was when the last compaction could do nothing.
+    if !t.above_soft(ctx.tokens) || state.stuck == Some((ctx.tokens, budget)) {
         let _ = reply.send(fitted(&state.shared, ctx, budget));
         return Ok(());
     }
@@ -344,9 +352,13 @@ async fn compaction_done(
     {
         return Ok(()); // An answer to a request this actor no longer waits for.
     }
-    state.compaction = None;
+    let budget = state.compaction.take().map_or(0, |c| c.budget);
     let progressed = match &outcome.result {
         Ok(report) => {
+            state.stuck = report
+                .passes
+                .is_empty()
+                .then_some((report.tokens_after, budget));
             state.shared.emit(RuntimeEvent::CompactionFinished {
                 session: state.session,
                 passes: report.passes.len(),
@@ -359,6 +371,7 @@ async fn compaction_done(
             !report.passes.is_empty()
         }
         Err(error) => {
+            state.stuck = None;
             state.shared.emit(RuntimeEvent::CompactionFailed {
                 session: state.session,
                 attempts: outcome.attempts,

@@ -574,3 +574,44 @@ async fn a_full_disk_fails_appends_as_storage_errors_and_loses_nothing_acknowled
         );
     }
 }
+
+/// A context that compaction can do nothing more for (over the hard threshold of a window of
+/// a few hundred tokens) is answered at once on the next requests, without another compaction
+/// or summariser call, until the session changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_compaction_cannot_help_is_not_compacted_again_until_it_changes() {
+    let summarizer = counting();
+    let rt = open(small_config(), Arc::clone(&summarizer)).await;
+    let s = rt.session("tight").await.unwrap();
+    s.append_batch((0..40).map(message).collect())
+        .await
+        .unwrap();
+    let budget = 250;
+    // Until compaction has done what it can: the requests stop asking for more.
+    let mut settled = None;
+    for _ in 0..20 {
+        let ctx = s.context(budget).await.unwrap();
+        assert!(ctx.tokens <= budget, "{} > {budget}", ctx.tokens);
+        let stats = s.stats().await.unwrap();
+        if !stats.compacting && settled == Some(stats.compactions_requested) {
+            break;
+        }
+        settled = (!stats.compacting).then_some(stats.compactions_requested);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let requested = settled.expect("compaction settles");
+    let calls = summarizer.calls.load(Ordering::SeqCst);
+    for _ in 0..5 {
+        let ctx = s.context(budget).await.unwrap();
+        assert!(ctx.tokens <= budget);
+    }
+    let stats = s.stats().await.unwrap();
+    assert_eq!(stats.compactions_requested, requested);
+    assert_eq!(summarizer.calls.load(Ordering::SeqCst), calls);
+    // A new message changes the context: compaction is asked for again.
+    s.append(message(40)).await.unwrap();
+    s.context(budget).await.unwrap();
+    assert!(s.stats().await.unwrap().compactions_requested > requested);
+    assert_eq!(rt.store().context_messages(s.id()).unwrap().len(), 41);
+    rt.shutdown(Duration::from_secs(5)).await.unwrap();
+}
