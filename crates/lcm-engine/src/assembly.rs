@@ -91,11 +91,13 @@ pub enum ContextItem {
     },
     /// The commitments the summaries left open and nothing after fulfilled, rendered as a user
     /// message after the summaries (see the module docs); `open` lists them all, `text` shows
-    /// the newest [`BLOCK_COMMITMENTS`].
+    /// the newest `shown` of them ([`BLOCK_COMMITMENTS`] at most; fewer only when fitting a
+    /// budget could do nothing else).
     Commitments {
         text: String,
         tokens: u64,
         open: Vec<Commitment>,
+        shown: usize,
     },
 }
 
@@ -370,6 +372,7 @@ fn commitments_block(
     Ok(Some(ContextItem::Commitments {
         text,
         tokens,
+        shown: open.commitments.len().min(BLOCK_COMMITMENTS),
         open: open.commitments,
     }))
 }
@@ -390,7 +393,12 @@ pub(crate) fn open_after(
 /// The block's text: the newest [`BLOCK_COMMITMENTS`] open commitments with the message each
 /// was made in, and how many older ones `lcm_describe` lists.
 pub fn render_open_commitments(open: &[Commitment]) -> String {
-    let newest = &open[open.len().saturating_sub(BLOCK_COMMITMENTS)..];
+    render_newest_commitments(open, BLOCK_COMMITMENTS)
+}
+
+/// The block's text listing the newest `shown` of `open` (none: only how many are open).
+fn render_newest_commitments(open: &[Commitment], shown: usize) -> String {
+    let newest = &open[open.len().saturating_sub(shown)..];
     let mut text = String::from(
         "<lcm_open_commitments>\nMade in messages now summarised, not yet fulfilled (expand an id for its context):",
     );
@@ -404,8 +412,9 @@ pub fn render_open_commitments(open: &[Commitment]) -> String {
     }
     if newest.len() < open.len() {
         text.push_str(&format!(
-            "\n- … {} older (lcm_describe lists every commitment)",
-            open.len() - newest.len()
+            "\n- … {} {} (lcm_describe lists every commitment)",
+            open.len() - newest.len(),
+            if newest.is_empty() { "open" } else { "older" }
         ));
     }
     text.push_str("\n</lcm_open_commitments>");
@@ -522,43 +531,85 @@ impl AssembledContext {
     /// Makes the context fit `budget` tokens with `system_tokens` of system prompt beside it
     /// (see the module docs): unchanged when it fits; otherwise the oldest raw tool exchanges,
     /// then the oldest summaries, are replaced by markers naming them, then the largest parts
-    /// of what remains by references with a head excerpt, and only when that is not enough the
-    /// pinned block by a marker naming its messages. Fails when even that does not fit.
+    /// of what remains by references with a head excerpt. Only when that is not enough, as last
+    /// resorts: the pinned block by a marker naming its messages, then the open-commitments
+    /// block listing fewer of the newest commitments, down to none (a line saying how many are
+    /// open). Fails when even that does not fit.
     pub fn fit(
         mut self,
         budget: u64,
         system_tokens: u64,
         counter: TokenCounter,
     ) -> Result<AssembledContext, BudgetError> {
-        let block = self
-            .items
-            .iter()
-            .position(|i| matches!(i, ContextItem::Pinned { elided: false, .. }));
-        let over = self.tokens + system_tokens > budget;
-        let Some(block) = block.filter(|_| over) else {
-            return self.fit_items(budget, system_tokens, counter);
+        let mut error = match self.clone().fit_items(budget, system_tokens, counter) {
+            Ok(fitted) => return Ok(fitted),
+            Err(error) => error,
         };
-        match self.clone().fit_items(budget, system_tokens, counter) {
-            Ok(fitted) => Ok(fitted),
-            Err(_) => {
-                if let ContextItem::Pinned {
-                    messages, tokens, ..
-                } = &self.items[block]
-                {
-                    let text = render_elided_pins(messages, *tokens);
-                    let marker_tokens =
-                        counter.count_text(&text) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS);
-                    self.items[block] = ContextItem::Pinned {
-                        text,
-                        tokens: marker_tokens,
-                        messages: messages.clone(),
-                        elided: true,
-                    };
-                }
-                self.tokens = self.items.iter().map(ContextItem::tokens).sum();
-                self.fit_items(budget, system_tokens, counter)
+        if self.elide_pinned_block(counter) {
+            match self.clone().fit_items(budget, system_tokens, counter) {
+                Ok(fitted) => return Ok(fitted),
+                Err(e) => error = e,
             }
         }
+        while self.show_fewer_commitments(counter) {
+            match self.clone().fit_items(budget, system_tokens, counter) {
+                Ok(fitted) => return Ok(fitted),
+                Err(e) => error = e,
+            }
+        }
+        Err(error)
+    }
+
+    /// Replaces the pinned block by a marker naming its messages; false when there is none.
+    fn elide_pinned_block(&mut self, counter: TokenCounter) -> bool {
+        let Some(block) = self
+            .items
+            .iter()
+            .position(|i| matches!(i, ContextItem::Pinned { elided: false, .. }))
+        else {
+            return false;
+        };
+        if let ContextItem::Pinned {
+            messages, tokens, ..
+        } = &self.items[block]
+        {
+            let text = render_elided_pins(messages, *tokens);
+            let marker_tokens =
+                counter.count_text(&text) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS);
+            self.items[block] = ContextItem::Pinned {
+                text,
+                tokens: marker_tokens,
+                messages: messages.clone(),
+                elided: true,
+            };
+        }
+        self.tokens = self.items.iter().map(ContextItem::tokens).sum();
+        true
+    }
+
+    /// Renders the open-commitments block with one commitment fewer (the oldest shown goes);
+    /// false when it lists none already, or there is no block.
+    fn show_fewer_commitments(&mut self, counter: TokenCounter) -> bool {
+        let Some(ContextItem::Commitments {
+            text,
+            tokens,
+            open,
+            shown,
+        }) = self
+            .items
+            .iter_mut()
+            .find(|i| matches!(i, ContextItem::Commitments { .. }))
+        else {
+            return false;
+        };
+        if *shown == 0 {
+            return false;
+        }
+        *shown -= 1;
+        *text = render_newest_commitments(open, *shown);
+        *tokens = counter.count_text(text) as u64 + u64::from(MESSAGE_OVERHEAD_TOKENS);
+        self.tokens = self.items.iter().map(ContextItem::tokens).sum();
+        true
     }
 
     /// [`fit`](Self::fit) with the pinned block kept as it is.

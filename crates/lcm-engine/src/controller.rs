@@ -6,7 +6,9 @@
 //!   session at a time) and returns the current context at once: the turn is not blocked, and the
 //!   summaries are swapped in atomically between turns when they are ready;
 //! - above the hard threshold it waits for the session's compaction (starting one if none is
-//!   running) and returns the context once it is back under the hard threshold.
+//!   running) and returns the context once it is back under the hard threshold;
+//! - a context that the session's last compaction could do nothing for (the same tokens, for
+//!   the same budget) is returned without starting another, until the session changes.
 //!
 //! The supervised actor runtime (SessionActor, CompactorActor) will take over this role; the
 //! policy is the same.
@@ -31,6 +33,9 @@ pub struct ContextController {
     summarizer: Arc<dyn Summarizer>,
     config: CompactionConfig,
     running: Mutex<HashMap<SessionId, Running>>,
+    /// Per session, the context's tokens and the budget of the last compaction that applied
+    /// no pass: another run on that context would do the same nothing.
+    stuck: Mutex<HashMap<SessionId, (u64, u64)>>,
 }
 
 impl ContextController {
@@ -44,6 +49,7 @@ impl ContextController {
             summarizer,
             config,
             running: Mutex::new(HashMap::new()),
+            stuck: Mutex::new(HashMap::new()),
         }
     }
 
@@ -59,7 +65,10 @@ impl ContextController {
         let thresholds = self.config.thresholds(budget);
         let counter = self.store.counter();
         let ctx = assemble(&self.store, session)?;
-        if !thresholds.above_soft(ctx.tokens) {
+        self.collect_finished(session).await;
+        if !thresholds.above_soft(ctx.tokens)
+            || self.stuck_at(session) == Some((ctx.tokens, budget))
+        {
             return Ok(ctx.fit(budget, 0, counter)?);
         }
         if !thresholds.above_hard(ctx.tokens) {
@@ -72,7 +81,9 @@ impl ContextController {
             self.start(session, budget);
             self.wait(session).await?;
             let ctx = assemble(&self.store, session)?;
-            if !thresholds.above_hard(ctx.tokens) {
+            if !thresholds.above_hard(ctx.tokens)
+                || self.stuck_at(session) == Some((ctx.tokens, budget))
+            {
                 return Ok(ctx.fit(budget, 0, counter)?);
             }
         }
@@ -95,12 +106,50 @@ impl ContextController {
         match handle {
             None => Ok(None),
             Some(handle) => match handle.await {
-                Ok(report) => report.map(Some),
+                Ok(report) => {
+                    if let Ok(report) = &report {
+                        self.remember(session, report);
+                    }
+                    report.map(Some)
+                }
                 // A panicking compaction wrote nothing half-done (apply is one transaction);
                 // report it as no compaction.
                 Err(_) => Ok(None),
             },
         }
+    }
+
+    /// Reads the report of the session's compaction if it has finished (remembering a run
+    /// that applied no pass); a running one is left alone.
+    async fn collect_finished(&self, session: SessionId) {
+        let finished = {
+            let mut running = self.lock();
+            match running.get(&session) {
+                Some(handle) if handle.is_finished() => running.remove(&session),
+                _ => None,
+            }
+        };
+        if let Some(handle) = finished
+            && let Ok(Ok(report)) = handle.await
+        {
+            self.remember(session, &report);
+        }
+    }
+
+    /// Remembers what a finished run of `session` could do.
+    fn remember(&self, session: SessionId, report: &CompactionReport) {
+        let mut stuck = self.stuck.lock().unwrap_or_else(|p| p.into_inner());
+        if report.passes.is_empty() {
+            stuck.insert(session, (report.tokens_after, report.budget));
+        } else {
+            stuck.remove(&session);
+        }
+    }
+
+    /// The tokens and budget at which the session's last compaction applied no pass.
+    fn stuck_at(&self, session: SessionId) -> Option<(u64, u64)> {
+        let stuck = self.stuck.lock().unwrap_or_else(|p| p.into_inner());
+        stuck.get(&session).copied()
     }
 
     /// Starts a background compaction of `session` unless one is running.

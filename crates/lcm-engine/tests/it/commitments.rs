@@ -261,3 +261,87 @@ async fn a_commitment_survives_three_levels_of_compaction_until_fulfilled() {
 fn reader_digest(store: &Store, id: lcm_core::ids::SummaryId) -> lcm_core::digest::Digest {
     store.reader().unwrap().summary_digest(id).unwrap().unwrap()
 }
+
+/// Fitting a window too small for the whole open-commitments block lists fewer of the newest
+/// commitments, down to a line saying how many are open, before giving up; the block is cut
+/// only when nothing else makes the context fit.
+#[tokio::test]
+async fn a_window_too_small_for_the_block_shows_fewer_commitments() {
+    let store = Store::open_in_memory(StoreOptions::new(counter())).unwrap();
+    let s = store.create_session("s", None).unwrap();
+    for i in 0..14 {
+        let text = format!(
+            "I'll rewrite src/retry_{i}.rs next and then run the suite for module {i}. {}",
+            "The retry policy changed in this step. ".repeat(6)
+        );
+        store
+            .append(s, NewMessage::text(Role::Assistant, text))
+            .unwrap();
+    }
+    compact(
+        &store,
+        s,
+        600,
+        &config(),
+        &StructuredSummarizer::new(counter()),
+        |_| {},
+    )
+    .await
+    .unwrap();
+    let ctx = assemble(&store, s).unwrap();
+    let (whole, open) = ctx
+        .items
+        .iter()
+        .find_map(|i| match i {
+            ContextItem::Commitments {
+                tokens,
+                open,
+                shown,
+                ..
+            } => {
+                assert_eq!(*shown, open.len().min(12));
+                Some((*tokens, open.len()))
+            }
+            _ => None,
+        })
+        .expect("an open-commitments block");
+    assert!(open >= 4, "{open} open");
+    let fitted_in = |budget: u64| {
+        let fitted = ctx.clone().fit(budget, 0, counter()).ok()?;
+        assert!(fitted.tokens <= budget, "{} > {budget}", fitted.tokens);
+        fitted.items.iter().find_map(|i| match i {
+            ContextItem::Commitments {
+                shown,
+                text,
+                tokens,
+                ..
+            } => Some((*shown, text.clone(), *tokens)),
+            _ => None,
+        })
+    };
+    // Room for the whole context: the block is kept whole.
+    let (shown, _, _) = fitted_in(ctx.tokens).expect("fits");
+    assert_eq!(shown, open.min(12));
+    // The smallest window the context fits in: the block lists none, only how many are open.
+    let (mut low, mut high) = (1, ctx.tokens);
+    while low < high {
+        let mid = (low + high) / 2;
+        if fitted_in(mid).is_some() {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    let (none, text, bare) = fitted_in(low).expect("fits");
+    assert_eq!(none, 0, "{text}");
+    assert!(text.contains(&format!("… {open} open")), "{text}");
+    // Halfway between that and the whole block's size: some of the newest, and how many more.
+    let (fewer, text, _) = fitted_in(low + (whole - bare) / 2).expect("fits");
+    assert!(0 < fewer && fewer < open.min(12), "{fewer}: {text}");
+    assert!(
+        text.contains("older (lcm_describe lists every commitment)"),
+        "{text}"
+    );
+    // Too little even for that: a clear error.
+    assert!(ctx.clone().fit(low - 1, 0, counter()).is_err());
+}

@@ -114,3 +114,49 @@ async fn above_hard_the_turn_waits_until_under_it() {
     );
     assert!(!controller.is_compacting(s));
 }
+
+/// A context that compaction can do nothing more for (a window of a few hundred tokens, a
+/// lone summary carrying its span's open commitments, which a summary of it carries again) is
+/// returned without another compaction, so without the summariser call that would write and
+/// discard the same summary, until the session changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_compaction_cannot_help_is_not_compacted_again_until_it_changes() {
+    let (server, controller, store, s) = setup().await;
+    server.set_latency(Duration::ZERO);
+    let intents = |from: usize, to: usize| {
+        for i in from..to {
+            let text = format!(
+                "I'll rewrite src/retry_{i}.rs next and then run the suite for module {i}. {}",
+                "The retry policy changed in this step. ".repeat(6)
+            );
+            store
+                .append(s, NewMessage::text(Role::Assistant, text))
+                .unwrap();
+        }
+    };
+    intents(0, 14);
+    let budget = 400;
+    // Until the turns settle: the same number of summariser calls twice in a row.
+    let mut calls = usize::MAX;
+    for _ in 0..30 {
+        let ctx = controller.context_for_turn(s, budget).await.unwrap();
+        assert!(ctx.tokens <= budget, "{} > {budget}", ctx.tokens);
+        controller.wait(s).await.unwrap();
+        let now = server.request_count();
+        if now == calls {
+            break;
+        }
+        calls = now;
+    }
+    for _ in 0..5 {
+        let ctx = controller.context_for_turn(s, budget).await.unwrap();
+        assert!(ctx.tokens <= budget, "{} > {budget}", ctx.tokens);
+        controller.wait(s).await.unwrap();
+    }
+    assert_eq!(server.request_count(), calls);
+    // New messages change the context: compaction runs again and summarises them.
+    intents(14, 20);
+    controller.context_for_turn(s, budget).await.unwrap();
+    controller.wait(s).await.unwrap();
+    assert!(server.request_count() > calls);
+}
