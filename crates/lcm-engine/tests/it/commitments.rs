@@ -13,7 +13,7 @@ use lcm_engine::{ContextItem, assemble, compact};
 use lcm_llm::StructuredSummarizer;
 use lcm_store::{Store, StoreOptions};
 
-use crate::common::summaries_above;
+use crate::common::{intent_message, summaries_above};
 
 /// The window the session is compacted for.
 const BUDGET: u64 = 2_000;
@@ -270,13 +270,7 @@ async fn a_window_too_small_for_the_block_shows_fewer_commitments() {
     let store = Store::open_in_memory(StoreOptions::new(counter())).unwrap();
     let s = store.create_session("s", None).unwrap();
     for i in 0..14 {
-        let text = format!(
-            "I'll rewrite src/retry_{i}.rs next and then run the suite for module {i}. {}",
-            "The retry policy changed in this step. ".repeat(6)
-        );
-        store
-            .append(s, NewMessage::text(Role::Assistant, text))
-            .unwrap();
+        store.append(s, intent_message(i)).unwrap();
     }
     compact(
         &store,

@@ -15,6 +15,8 @@ use lcm_llm::summarize::LlmSummarizer;
 use lcm_llm::testing::{ScriptedReply, ScriptedServer};
 use lcm_store::{Store, StoreOptions};
 
+use crate::common::intent_message;
+
 const LATENCY: Duration = Duration::from_millis(400);
 
 async fn setup() -> (
@@ -125,13 +127,7 @@ async fn a_context_compaction_cannot_help_is_not_compacted_again_until_it_change
     server.set_latency(Duration::ZERO);
     let intents = |from: usize, to: usize| {
         for i in from..to {
-            let text = format!(
-                "I'll rewrite src/retry_{i}.rs next and then run the suite for module {i}. {}",
-                "The retry policy changed in this step. ".repeat(6)
-            );
-            store
-                .append(s, NewMessage::text(Role::Assistant, text))
-                .unwrap();
+            store.append(s, intent_message(i)).unwrap();
         }
     };
     intents(0, 14);

@@ -143,3 +143,13 @@ pub fn summaries_above(
     }
     out
 }
+
+/// An assistant turn stating an intent (an open commitment until something fulfils it) about
+/// module `i`, of about 70 tokens.
+pub fn intent_message(i: usize) -> lcm_core::message::NewMessage {
+    let text = format!(
+        "I'll rewrite src/retry_{i}.rs next and then run the suite for module {i}. {}",
+        "The retry policy changed in this step. ".repeat(6)
+    );
+    lcm_core::message::NewMessage::text(lcm_core::message::Role::Assistant, text)
+}
