@@ -46,7 +46,6 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::ops::Range;
 
 use lcm_core::digest::{Commitment, OpenItems, open_items};
 use lcm_core::files::{
@@ -445,28 +444,6 @@ pub fn shown_message(
     }
     m.token_count = files.context_tokens;
     Ok(m)
-}
-
-/// Tokens the file references save in `session`'s messages with sequence numbers in `seqs`:
-/// each one's stored count less what [`shown_message`] shows of it. Reads only the messages
-/// that have a reference shown in place of a part.
-pub fn file_reference_savings(
-    reader: &StoreReader,
-    session: SessionId,
-    seqs: Range<u64>,
-    large_file_tokens: u32,
-) -> Result<u64, StoreError> {
-    let mut saved = 0u64;
-    for (id, files) in reader.session_message_files(session, seqs)? {
-        if files.refs.iter().all(|r| r.inline) {
-            continue;
-        }
-        let m = reader.message(id)?;
-        let stored = u64::from(m.token_count);
-        let shown = u64::from(shown_message(reader, m, large_file_tokens)?.token_count);
-        saved += stored.saturating_sub(shown);
-    }
-    Ok(saved)
 }
 
 /// The text of a summary as the model sees it: a header the engine writes (never the model),

@@ -420,7 +420,7 @@ async fn run(
                     kind,
                     depth,
                     sources: sources.len(),
-                    input_tokens: request.input_tokens + SUMMARY_HEADER_TOKENS,
+                    input_tokens: replaced,
                     output_tokens: token_count,
                     level: summary.level,
                     provider_calls: outcome.calls,

@@ -37,8 +37,8 @@ pub use agent::{
     turn_to_message,
 };
 pub use assembly::{
-    AssembledContext, BudgetError, ContextBreakdown, ContextItem, Tally, assemble,
-    file_reference_savings, pinned_block, render_summary, shown_message,
+    AssembledContext, BudgetError, ContextBreakdown, ContextItem, Tally, assemble, pinned_block,
+    render_summary, shown_message,
 };
 pub use compaction::{CompactionReport, compact, effective_budget, needs_compaction};
 pub use controller::ContextController;

@@ -16,7 +16,7 @@ use lcm_core::message::Message;
 use lcm_core::message::search_text;
 use lcm_core::summary::{ContextMark, ContextState, MarkedNode, NodeRef, Summary};
 use lcm_engine::assembly::{forgotten_message, forgotten_summary};
-use lcm_engine::{ContextItem, file_reference_savings, pinned_block, shown_message};
+use lcm_engine::{ContextItem, pinned_block, shown_message};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -88,7 +88,7 @@ struct LayoutRead {
     marks: Vec<MarkedNode>,
     /// The pinned messages, in the marks' order, with the tokens each shows in a context
     /// (large parts as their file references).
-    pinned: Vec<(Message, u32)>,
+    pinned: Vec<(Message, u64)>,
     /// The pinned block's tokens and messages.
     block: Option<(u64, Vec<MessageId>)>,
     /// Tokens the raw tail's file references save (large parts shown as references).
@@ -133,7 +133,7 @@ pub(crate) async fn layout(
             let marks = reader.marks(session)?;
             let large = store.file_rules().large_file_tokens;
             let file_savings =
-                file_reference_savings(&reader, session, context.raw_from..u64::MAX, large)?;
+                reader.file_reference_savings(session, context.raw_from..u64::MAX)?;
             let mut pinned = Vec::new();
             let mut pinned_shown = Vec::new();
             // A forgotten raw message shows its pointer (longer than a short message).
@@ -141,10 +141,8 @@ pub(crate) async fn layout(
             for m in &marks {
                 match (m.mark, m.node) {
                     (ContextMark::Pinned, NodeRef::Message(id)) => {
-                        let message = reader.message(id)?;
-                        let shown = shown_message(&reader, message.clone(), large)?;
-                        pinned_shown.push(shown.token_count);
-                        pinned.push(message);
+                        pinned_shown.push(reader.shown_tokens(id)?);
+                        pinned.push(reader.message(id)?);
                     }
                     (ContextMark::Forgotten, NodeRef::Message(id)) => {
                         let message = shown_message(&reader, reader.message(id)?, large)?;

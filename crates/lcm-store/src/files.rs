@@ -27,6 +27,8 @@ use sha2::{Digest, Sha256};
 
 use crate::codec;
 use crate::error::{Result, StoreError};
+use crate::message_rows;
+use crate::record::RecordView;
 use crate::session_runs;
 use crate::store::{StoreReader, next_counter};
 use crate::tables::{self, meta};
@@ -527,18 +529,38 @@ impl StoreReader {
         let mut out = Vec::new();
         for run in session_runs::runs_in(&index, session.0, seqs.clone())? {
             let run = run?;
-            let from = run.id_of(run.first_seq.max(seqs.start));
-            let to = run.id_of(run.end_seq().min(seqs.end));
-            if from >= to {
+            let ids = run.ids_within(&seqs);
+            if ids.is_empty() {
                 continue;
             }
-            for entry in table.range(from..to)? {
+            for entry in table.range(ids)? {
                 let (id, bytes) = entry?;
                 let files = codec::decode("message_files", bytes.value())?;
                 out.push((MessageId(id.value()), files));
             }
         }
         Ok(out)
+    }
+
+    /// The tokens message `id` shows in a context: the count its file references record
+    /// (large parts as references), else its stored count.
+    pub fn shown_tokens(&self, id: MessageId) -> Result<u64> {
+        let files = open_optional!(self.txn, tables::MESSAGE_FILES);
+        let messages = self.txn.open_table(tables::MESSAGES)?;
+        shown_tokens_in(files.as_ref(), &messages, id)
+    }
+
+    /// Tokens the file references save in `session`'s messages with sequence numbers in
+    /// `seqs`: each one's stored count less what a context shows of it (large parts as
+    /// references). Reads the references and the record headers of those messages only.
+    pub fn file_reference_savings(&self, session: SessionId, seqs: Range<u64>) -> Result<u64> {
+        let messages = self.txn.open_table(tables::MESSAGES)?;
+        let mut saved = 0u64;
+        for (id, files) in self.session_message_files(session, seqs)? {
+            let stored = stored_tokens(&messages, id)?;
+            saved += stored.saturating_sub(u64::from(files.context_tokens));
+        }
+        Ok(saved)
     }
 
     /// The messages that reference a file, in order.
@@ -679,4 +701,30 @@ pub(crate) fn backfill(
         file_ids.insert(id, union);
     }
     Ok(done)
+}
+
+/// The tokens `message` shows in a context: the count its file references record (what the
+/// engine's `shown_message` shows: large parts as references; the stored count when every
+/// reference is inline), else its stored count. `files` is `None` in a store without file
+/// tables.
+pub(crate) fn shown_tokens_in(
+    files: Option<&impl ReadableTable<u64, &'static [u8]>>,
+    messages: &impl ReadableTable<u64, &'static [u8]>,
+    message: MessageId,
+) -> Result<u64> {
+    if let Some(bytes) = files.map(|f| f.get(message.0)).transpose()?.flatten() {
+        let files: MessageFiles = codec::decode("message_files", bytes.value())?;
+        return Ok(u64::from(files.context_tokens));
+    }
+    stored_tokens(messages, message)
+}
+
+/// The token count stored with `message` (its record's header).
+fn stored_tokens(
+    messages: &impl ReadableTable<u64, &'static [u8]>,
+    message: MessageId,
+) -> Result<u64> {
+    let row =
+        message_rows::get(messages, message.0)?.ok_or(StoreError::MessageNotFound(message))?;
+    Ok(u64::from(RecordView::read(row.bytes())?.token_count()))
 }

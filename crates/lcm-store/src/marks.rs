@@ -13,7 +13,6 @@
 //! A store written before marks existed has no `context_marks` table: it reads as having none
 //! (a writable open creates the table).
 
-use lcm_core::files::MessageFiles;
 use lcm_core::ids::{MessageId, SessionId};
 use lcm_core::summary::{ContextMark, ContextState, MarkedNode, NodeRef};
 use lcm_core::time::Timestamp;
@@ -22,6 +21,7 @@ use redb::{ReadableTable, WriteTransaction};
 use crate::codec;
 use crate::dag;
 use crate::error::{Result, StoreError};
+use crate::files;
 use crate::message_rows;
 use crate::record::RecordView;
 use crate::store::{Store, StoreReader};
@@ -269,19 +269,11 @@ fn context_state(txn: &WriteTransaction, session: SessionId) -> Result<ContextSt
     }
 }
 
-/// The tokens `message` shows in a context: the count its file references record (what the
-/// engine's `shown_message` shows: large parts as references; the stored count when every
-/// reference is inline), else its stored count.
+/// The tokens `message` shows in a context ([`files::shown_tokens_in`]).
 fn shown_tokens(txn: &WriteTransaction, message: MessageId) -> Result<u64> {
-    let files = txn.open_table(tables::MESSAGE_FILES)?;
-    if let Some(bytes) = files.get(message.0)? {
-        let files: MessageFiles = codec::decode("message_files", bytes.value())?;
-        return Ok(u64::from(files.context_tokens));
-    }
+    let refs = txn.open_table(tables::MESSAGE_FILES)?;
     let messages = txn.open_table(tables::MESSAGES)?;
-    let row =
-        message_rows::get(&messages, message.0)?.ok_or(StoreError::MessageNotFound(message))?;
-    Ok(u64::from(RecordView::read(row.bytes())?.token_count()))
+    files::shown_tokens_in(Some(&refs), &messages, message)
 }
 
 /// The mark at `key`, if any.

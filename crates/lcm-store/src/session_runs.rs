@@ -65,6 +65,13 @@ impl Run {
         self.first_id.saturating_add(seq - self.first_seq)
     }
 
+    /// The ids of the run's messages with sequence numbers in `seqs` (empty when it has none).
+    pub fn ids_within(&self, seqs: &Range<u64>) -> Range<u64> {
+        let start = self.first_seq.max(seqs.start);
+        let end = self.end_seq().min(seqs.end).max(start);
+        self.id_of(start)..self.id_of(end)
+    }
+
     /// The run's (sequence number, id) entries, in order (a damaged length stops at the last
     /// sequence number).
     pub fn entries(self) -> impl Iterator<Item = (u64, u64)> {

@@ -1021,8 +1021,9 @@ impl StoreReader {
         for run in session_runs::runs_in(&index, session.0, seqs.clone())? {
             let run = run?;
             // The run's messages within `seqs`, as ids, within `ids`.
-            let from = run.id_of(run.first_seq.max(seqs.start)).max(ids.start.0);
-            let to = run.id_of(run.end_seq().min(seqs.end)).min(ids.end.0);
+            let within = run.ids_within(&seqs);
+            let from = within.start.max(ids.start.0);
+            let to = within.end.min(ids.end.0);
             if from >= ids.end.0 {
                 break;
             }

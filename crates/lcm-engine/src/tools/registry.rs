@@ -186,8 +186,8 @@ impl ToolContext {
 }
 
 /// A tool a model can call: built-in ([`super::builtin_tools`]: `lcm_grep`, `lcm_describe`,
-/// `lcm_pin`, ...) or provided by the host. Arguments reach [`Tool::call`] only after the registry validated them against
-/// [`Tool::definition`]'s schema.
+/// `lcm_pin`, ...) or provided by the host. Arguments reach [`Tool::call`] only after the
+/// registry validated them against [`Tool::definition`]'s schema.
 #[async_trait]
 pub trait Tool: Send + Sync {
     /// Name, description and parameter schema. Called once, at registration.
