@@ -5,8 +5,8 @@
 //! paths, identifiers (snake_case, CamelCase, ids like `msg_12`, hashes), numbers, and open
 //! commitments (TODO, "next step", "I'll ..."), with a bonus for the first and the last unit and
 //! none for a repeated line. The best units by score per token are kept until the token target is
-//! reached and are emitted **in their original order**, lines joined by newlines and sentences of
-//! one line by spaces.
+//! reached, each text once, and are emitted **in their original order**, lines joined by
+//! newlines and sentences of one line by spaces.
 //!
 //! Guarantees: the same input gives the same output; text that fits the target is returned
 //! unchanged; otherwise the output has at most `target` tokens (so it is shorter than the input);
@@ -139,10 +139,12 @@ impl ExtractiveSummarizer {
                 .then(a.cmp(&b))
         });
         let mut chosen = vec![false; units.len()];
+        let mut kept: HashSet<&str> = HashSet::new();
         let mut used = 0usize;
         for &index in &order {
             let cost = units[index].tokens + 1;
-            if used + cost <= target {
+            // A unit said once is said: its copies would only fill the room another needs.
+            if used + cost <= target && kept.insert(units[index].text) {
                 chosen[index] = true;
                 used += cost;
             }
@@ -231,6 +233,10 @@ impl Summarizer for ExtractiveSummarizer {
             text: self.summarize_text(call.content, call.target_tokens),
             ..Completion::default()
         })
+    }
+
+    fn is_offline(&self) -> bool {
+        true
     }
 }
 

@@ -55,6 +55,6 @@ pub use provider::{ChatMessage, ChatRole, Completion, CompletionRequest, Provide
 pub use structured::StructuredSummarizer;
 pub use summarize::{
     EscalationLevel, LlmSummarizer, Summarizer, SummaryCall, SummaryOutcome, SummaryRequest,
-    summarize_with_escalation,
+    summarize_with_escalation, summary_defect,
 };
 pub use truncate::{TRUNCATION_BUDGET_TOKENS, truncate_middle};

@@ -76,9 +76,10 @@ pub(crate) struct Metrics {
 
 /// Which summariser wrote a summary (the `summarizer` label of
 /// `lcm_summaries_by_summarizer_total`): the client's model through the proxy, the offline
-/// summariser standing in for it (spend guard, failed call), the offline summariser as the
-/// runtime's own (no `[llm]`), the configured `[llm]` model, or no summariser at all
-/// (deterministic truncation, escalation level 3).
+/// summariser standing in for a model (the proxy's spend guard or a failed call, or escalation
+/// level 3 after a model's answers were refused), the offline summariser as the runtime's own
+/// (no `[llm]`), the configured `[llm]` model, or no summariser at all (deterministic
+/// truncation, the last resort of escalation level 3).
 pub(crate) const SUMMARIZERS: [&str; 5] = [
     "client_model",
     "offline_fallback",
@@ -95,8 +96,11 @@ pub(crate) fn summarizer_index(
     by_session: bool,
     configured_llm: bool,
 ) -> usize {
-    if level >= 3 {
+    if model == lcm_llm::summarize::DETERMINISTIC_MODEL {
         4
+    } else if level >= 3 {
+        // Escalation's offline summary, standing in for a summariser whose answers it refused.
+        1
     } else if by_session && model.starts_with(crate::proxy::CLIENT_LABEL_PREFIX) {
         0
     } else if by_session {
@@ -330,7 +334,7 @@ impl Metrics {
         header(
             &mut out,
             "lcm_summaries_written_total",
-            "Summaries compactions wrote, by escalation level (1 normal, 2 aggressive, 3 deterministic truncation).",
+            "Summaries compactions wrote, by escalation level (1 normal, 2 aggressive, 3 no model: the offline summary or truncation).",
             "counter",
         );
         for (level, n) in self.summaries_by_level.iter().enumerate() {
@@ -344,7 +348,7 @@ impl Metrics {
         header(
             &mut out,
             "lcm_summaries_by_summarizer_total",
-            "Summaries compactions wrote, by summariser (client_model: the client's model through the proxy; offline_fallback: the offline summariser standing in for it; offline: the offline summariser; configured: the [llm] model; truncation: escalation level 3).",
+            "Summaries compactions wrote, by summariser (client_model: the client's model through the proxy; offline_fallback: the offline summariser standing in for a model that failed, was refused by the spend guard or wrote no usable summary; offline: the offline summariser; configured: the [llm] model; truncation: not even the offline summary was smaller).",
             "counter",
         );
         for (name, n) in SUMMARIZERS.iter().zip(&self.summaries_by_summarizer) {
@@ -631,7 +635,13 @@ mod tests {
         }
         let configured = Metrics::new(true);
         configured.record_event(&written(1, "gpt-4o", false));
+        // Escalation refused the model's answers: level 3's offline summary stands in for it.
+        configured.record_event(&written(3, "structured", false));
         let text = configured.render(&Snapshot::default());
         assert!(text.contains("lcm_summaries_by_summarizer_total{summarizer=\"configured\"} 1"));
+        assert!(
+            text.contains("lcm_summaries_by_summarizer_total{summarizer=\"offline_fallback\"} 1")
+        );
+        assert!(text.contains("lcm_summaries_by_summarizer_total{summarizer=\"truncation\"} 0"));
     }
 }

@@ -472,4 +472,8 @@ impl Summarizer for FaultySummarizer {
             .await;
         self.inner.summarize(call).await
     }
+
+    fn is_offline(&self) -> bool {
+        self.inner.is_offline()
+    }
 }

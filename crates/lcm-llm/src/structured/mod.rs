@@ -80,4 +80,8 @@ impl Summarizer for StructuredSummarizer {
             ..Completion::default()
         })
     }
+
+    fn is_offline(&self) -> bool {
+        true
+    }
 }

@@ -85,7 +85,7 @@ async fn oversized_outputs_escalate_to_level_three_with_two_requests() {
     let request = summary_request(content, 300, 1);
     let outcome = summarize_with_escalation(&summarizer, counter(), &request).await;
     assert_eq!(outcome.level, EscalationLevel::Deterministic);
-    assert_eq!(outcome.model, "deterministic");
+    assert_eq!(outcome.model, "structured", "the offline summary, no model");
     assert_eq!(outcome.calls, 2);
     assert_eq!(
         server.request_count(),
@@ -103,9 +103,10 @@ async fn oversized_outputs_escalate_to_level_three_with_two_requests() {
         "{:?}",
         outcome.errors
     );
-    assert!(outcome.tokens <= 512);
-    assert!(outcome.text.contains("truncated from"), "{}", outcome.text);
-    assert!(outcome.text.starts_with("Round 0."));
+    // The offline summary of the content (at half the target): its facts, not its head.
+    assert!(outcome.tokens <= 150, "{}", outcome.tokens);
+    assert!(!outcome.text.contains("truncated from"), "{}", outcome.text);
+    assert!(outcome.text.contains("msg_41"), "{}", outcome.text);
     assert_smaller(&outcome, &request);
 
     // Level 2 asked for bullet points at half the target, cooler.
@@ -120,7 +121,7 @@ async fn oversized_outputs_escalate_to_level_three_with_two_requests() {
 }
 
 #[tokio::test]
-async fn provider_errors_at_both_levels_fall_back_to_truncation() {
+async fn provider_errors_at_both_levels_fall_back_to_the_offline_summary() {
     let server = ScriptedServer::start().await;
     server.set_default(ScriptedReply::status(500));
     let summarizer = openai_summarizer(&server, 1);
@@ -135,6 +136,8 @@ async fn provider_errors_at_both_levels_fall_back_to_truncation() {
         "{:?}",
         outcome.errors
     );
+    assert_eq!(outcome.model, "structured");
+    assert!(outcome.text.contains("import.rs"), "{}", outcome.text);
     assert_smaller(&outcome, &request);
 }
 
@@ -268,10 +271,107 @@ async fn result_is_always_smaller_than_the_input() {
         assert_eq!(outcome.calls, 2);
         assert_smaller(&outcome, &request);
         assert!(outcome.tokens <= 512);
-        if request.input_tokens >= 1024 {
-            assert!(outcome.text.contains("truncated from"), "{}", outcome.text);
+        // The offline summary where it is smaller, else the head and tail with a marker.
+        match outcome.model.as_str() {
+            "structured" => assert!(!outcome.text.contains("truncated from")),
+            "deterministic" if request.input_tokens >= 1024 => {
+                assert!(outcome.text.contains("truncated from"), "{}", outcome.text);
+            }
+            "deterministic" => {}
+            other => panic!("level 3 by {other}"),
         }
     }
+}
+
+/// An offline summariser answering [`echo_content`]: level 3 does not ask one a third time.
+struct OfflineEcho;
+
+#[async_trait]
+impl Summarizer for OfflineEcho {
+    fn model(&self) -> &str {
+        "offline-echo"
+    }
+
+    async fn summarize(&self, call: &SummaryCall<'_>) -> Result<Completion, ProviderError> {
+        echo_content(call)
+    }
+
+    fn is_offline(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn the_offline_summariser_refused_twice_leaves_truncation() {
+    let request = summary_request(transcript(40), 1200, 0);
+    let outcome = summarize_with_escalation(&OfflineEcho, counter(), &request).await;
+    assert_eq!(outcome.level, EscalationLevel::Deterministic);
+    assert_eq!(outcome.model, "deterministic");
+    assert!(outcome.text.contains("truncated from"), "{}", outcome.text);
+    assert!(outcome.text.starts_with("Round 0."));
+    assert!(outcome.tokens <= 512);
+    assert_smaller(&outcome, &request);
+}
+
+/// What SmolLM2-135M wrote as summaries through the proxy (session 42's probe): the same
+/// sentences until its token limit, and a continuation of the transcript with messages that
+/// were not in its span.
+const LOOPING: &str = "I'm glad to help you with your project! Please share the details of your project! Please share the details of your project!";
+
+fn looping_answer(lines: usize) -> String {
+    vec![LOOPING; lines].join("\n\n")
+}
+
+#[tokio::test]
+async fn a_model_that_repeats_itself_is_refused_and_the_offline_summary_kept() {
+    let server = ScriptedServer::start().await;
+    // One sentence over and over on one line, then the same line again and again.
+    server.push(ScriptedReply::ok(format!("{LOOPING} {LOOPING} {LOOPING}")));
+    server.push(ScriptedReply::ok(looping_answer(6)));
+    let summarizer = openai_summarizer(&server, 0);
+    let request = summary_request(transcript(12), 400, 1);
+    let outcome = summarize_with_escalation(&summarizer, counter(), &request).await;
+    assert_eq!(outcome.level, EscalationLevel::Deterministic);
+    assert_eq!(outcome.model, "structured");
+    assert_eq!(outcome.calls, 2);
+    assert!(
+        outcome.errors[0].starts_with("level 1: repeats itself")
+            && outcome.errors[0].contains("four-word sequences"),
+        "{:?}",
+        outcome.errors
+    );
+    assert!(
+        outcome.errors[1].starts_with("level 2: repeats itself: 5 of its 6 lines"),
+        "{:?}",
+        outcome.errors
+    );
+    assert!(outcome.text.contains("msg_41"), "{}", outcome.text);
+    assert_smaller(&outcome, &request);
+}
+
+#[tokio::test]
+async fn a_model_that_continues_the_transcript_is_refused() {
+    let server = ScriptedServer::start().await;
+    let content = "[msg_4 user 2026-11-29T11:41:57Z]\nDeploy INV-4800 to staging.\n\n\
+                   [msg_5 assistant 2026-11-29T11:41:59Z]\nDeployed INV-4800; I'll watch the logs.\n"
+        .repeat(3);
+    // It carries on the conversation with messages after the span instead of summarising it.
+    server.push(ScriptedReply::ok(
+        "Deployed.\n\n[msg_6 assistant 2026-11-29T11:42:02Z]\nI'm glad to help!\n\n[msg_7 user]\nThanks",
+    ));
+    // The second answer is a summary, citing what it covers.
+    server.push(ScriptedReply::ok(
+        "msg_4 asked to deploy INV-4800; msg_5 did.",
+    ));
+    let summarizer = openai_summarizer(&server, 0);
+    let request = summary_request(content, 200, 0);
+    let outcome = summarize_with_escalation(&summarizer, counter(), &request).await;
+    assert_eq!(
+        outcome.errors,
+        ["level 1: names msg_6, msg_7, not in what it summarises"]
+    );
+    assert_eq!(outcome.level, EscalationLevel::Aggressive);
+    assert_eq!(outcome.text, "msg_4 asked to deploy INV-4800; msg_5 did.");
 }
 
 #[tokio::test]

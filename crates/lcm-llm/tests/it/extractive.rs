@@ -147,3 +147,26 @@ fn repeated_lines_are_not_kept_twice_for_their_signal() {
     assert!(out.contains("/var/run/postgresql"), "{out}");
     assert!(out.matches("connection refused").count() <= 2, "{out}");
 }
+
+#[test]
+fn a_sentence_is_kept_once_and_its_copies_leave_room_for_others() {
+    // A conversation where every message repeats a short courtesy beside its one fact (what
+    // the offline summary of session 42's probe conversation kept: the courtesy, three times).
+    let summarizer = ExtractiveSummarizer::new(counter());
+    let text: String = (0..6)
+        .map(|i| {
+            format!(
+                "My name is Ada and I deploy ticket INV-48{i:02} to staging. Please acknowledge \
+                 briefly. Some padding text about the build system and the pipeline.\n"
+            )
+        })
+        .collect();
+    let out = summarizer.summarize_text(&text, 60);
+    assert_eq!(
+        out.matches("Please acknowledge briefly.").count(),
+        1,
+        "{out}"
+    );
+    assert!(out.matches("INV-48").count() >= 2, "{out}");
+    assert!(counter().count_text(&out) <= 60);
+}

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::common::counter;
 use lcm_llm::{
-    AnthropicProvider, HttpConfig, LlmSummarizer, OpenAiProvider, Provider, SummaryRequest,
-    summarize_with_escalation,
+    AnthropicProvider, EscalationLevel, HttpConfig, LlmSummarizer, OpenAiProvider, Provider,
+    SummaryRequest, summarize_with_escalation, summary_defect,
 };
 
 const PARAGRAPH: &str = "The agent was asked to make the importer idempotent. It read \
@@ -48,12 +48,29 @@ async fn real_local_model() {
         Arc::new(AnthropicProvider::new(config).unwrap()),
     ];
     let counter = counter();
-    let input_tokens = counter.count_text(PARAGRAPH) as u32;
-    for provider in providers {
+    // The paragraph, and a span of a conversation as the engine renders it (the tiny model
+    // tends to continue such a transcript, or to loop, rather than summarise it).
+    let conversation: String = (0..6)
+        .map(|i| {
+            format!(
+                "[msg_{} user 2026-11-29T11:4{i}:00Z]\nMy name is Ada and I deploy ticket \
+                 INV-48{i:02} to staging. Please acknowledge briefly.\n\n[msg_{} assistant \
+                 2026-11-29T11:4{i}:01Z]\nI'm glad to help with your project!\n\n",
+                2 * i,
+                2 * i + 1
+            )
+        })
+        .collect();
+    let contents = [PARAGRAPH.to_owned(), conversation];
+    for (provider, content) in providers
+        .into_iter()
+        .flat_map(|p| contents.iter().map(move |c| (Arc::clone(&p), c)))
+    {
+        let input_tokens = counter.count_text(content) as u32;
         let name = provider.name().to_owned();
         let summarizer = LlmSummarizer::new(provider, counter, model.clone());
         let request = SummaryRequest {
-            content: PARAGRAPH.to_owned(),
+            content: content.clone(),
             input_tokens,
             target_tokens: 50,
             depth: 0,
@@ -74,5 +91,9 @@ async fn real_local_model() {
         assert!(outcome.tokens < input_tokens);
         assert!(outcome.calls <= 2);
         assert!(!outcome.text.trim().is_empty());
+        // Whatever the model wrote, what a model level accepted is no looping or invented text.
+        if outcome.level != EscalationLevel::Deterministic {
+            assert_eq!(summary_defect(&outcome.text, content), None);
+        }
     }
 }

@@ -42,7 +42,7 @@ use lcm_llm::anthropic::AnthropicProvider;
 use lcm_llm::http::HttpConfig;
 use lcm_llm::openai::OpenAiProvider;
 use lcm_llm::provider::{Completion, Provider, ProviderError};
-use lcm_llm::summarize::{LlmSummarizer, Summarizer, SummaryCall};
+use lcm_llm::summarize::{DETERMINISTIC_MODEL, LlmSummarizer, Summarizer, SummaryCall};
 use serde_json::{Map, Value};
 
 use super::shape::Shape;
@@ -304,6 +304,10 @@ impl Summarizer for GuardedSummarizer {
         }
     }
 
+    fn is_offline(&self) -> bool {
+        !self.last_client.load(Ordering::Acquire) && self.fallback.is_offline()
+    }
+
     async fn summarize(&self, call: &SummaryCall<'_>) -> Result<Completion, ProviderError> {
         if self.guard.admit(self.session) {
             // Only the error's kind is logged: an upstream's error text is not ours to copy.
@@ -415,11 +419,14 @@ pub const SUMMARIZER_HEADER: &str = "x-lcm-summarizer";
 
 /// The [`SUMMARIZER_HEADER`] value for a summary written at escalation `level` with model label
 /// `model`: `client-model` (the client's model), `configured` (the `[llm]` model), `offline`
-/// (the offline summariser, also when it stood in for the client's model), or `truncation`
-/// (no summariser's text was usable: deterministic truncation).
+/// (the offline summariser, also when it stood in for the client's model or for a model whose
+/// answers escalation refused), or `truncation` (not even the offline summary was smaller:
+/// deterministic truncation).
 pub(crate) fn summarizer_header(level: u8, model: &str, configured_llm: bool) -> &'static str {
-    if level >= 3 {
+    if model == DETERMINISTIC_MODEL {
         "truncation"
+    } else if level >= 3 {
+        "offline"
     } else if model.starts_with(CLIENT_LABEL_PREFIX) {
         "client-model"
     } else if configured_llm {
@@ -622,5 +629,6 @@ mod tests {
         assert_eq!(summarizer_header(2, "extractive", false), "offline");
         assert_eq!(summarizer_header(1, "gpt-4o", true), "configured");
         assert_eq!(summarizer_header(3, "deterministic", false), "truncation");
+        assert_eq!(summarizer_header(3, "structured", true), "offline");
     }
 }
