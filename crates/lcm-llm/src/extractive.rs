@@ -20,7 +20,7 @@ use lcm_core::tokens::TokenCounter;
 use regex::Regex;
 
 use crate::provider::{Completion, ProviderError};
-use crate::structured::text::{compile, sentences};
+use crate::structured::text::{SPAN_HEADER, compile, sentences};
 use crate::summarize::{Summarizer, SummaryCall};
 use crate::truncate::fit_prefix;
 
@@ -37,7 +37,13 @@ struct Unit<'a> {
     line: usize,
     tokens: usize,
     priority: f64,
+    /// The message or summary the unit belongs to, when the text is a span rendered by the
+    /// engine (its `[msg_N role time]` headers); the unit is emitted as `msg_N: ...`.
+    source: Option<&'a str>,
 }
+
+/// What the `msg_N: ` before a unit of another source costs, in tokens (about).
+const SOURCE_PREFIX_TOKENS: usize = 4;
 
 static ASK: LazyLock<Regex> = LazyLock::new(|| {
     compile(
@@ -142,7 +148,8 @@ impl ExtractiveSummarizer {
         let mut kept: HashSet<&str> = HashSet::new();
         let mut used = 0usize;
         for &index in &order {
-            let cost = units[index].tokens + 1;
+            let prefix = units[index].source.map_or(0, |_| SOURCE_PREFIX_TOKENS);
+            let cost = units[index].tokens + 1 + prefix;
             // A unit said once is said: its copies would only fill the room another needs.
             if used + cost <= target && kept.insert(units[index].text) {
                 chosen[index] = true;
@@ -175,7 +182,14 @@ impl ExtractiveSummarizer {
     fn units<'a>(&self, text: &'a str) -> Vec<Unit<'a>> {
         let mut units = Vec::new();
         let mut seen = HashSet::new();
+        let mut source = None;
         for (line_number, line) in text.lines().enumerate() {
+            // A span's header is no content: it names the source of the lines after it, which
+            // are kept as `msg_N: ...` (headers kept as units crowded out what they head).
+            if let Some(header) = SPAN_HEADER.captures(line) {
+                source = header.get(1).map(|id| id.as_str());
+                continue;
+            }
             for sentence in sentences(line) {
                 let score = if seen.insert(sentence) {
                     signal_score(sentence)
@@ -187,6 +201,7 @@ impl ExtractiveSummarizer {
                     line: line_number,
                     tokens: self.counter.count_text(sentence),
                     priority: f64::from(score),
+                    source,
                 });
             }
         }
@@ -206,18 +221,27 @@ impl ExtractiveSummarizer {
     }
 }
 
-/// Joins the chosen units in their original order.
+/// Joins the chosen units in their original order, each source's first line after `msg_N: `.
 fn assemble(units: &[Unit<'_>], chosen: &[bool]) -> String {
     let mut out = String::new();
     let mut previous_line = None;
+    let mut previous_source = None;
     for (unit, _) in units.iter().zip(chosen).filter(|(_, c)| **c) {
         match previous_line {
             None => {}
             Some(line) if line == unit.line => out.push(' '),
             Some(_) => out.push('\n'),
         }
+        if let Some(source) = unit.source
+            && previous_line != Some(unit.line)
+            && unit.source != previous_source
+        {
+            out.push_str(source);
+            out.push_str(": ");
+        }
         out.push_str(unit.text);
         previous_line = Some(unit.line);
+        previous_source = unit.source;
     }
     out
 }

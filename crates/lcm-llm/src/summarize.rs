@@ -11,9 +11,9 @@
 //! The first acceptable output is accepted. A level escalates when its summariser fails
 //! (provider error, timeout, open circuit), returns no text (empty, or reasoning only), returns
 //! text that is not smaller than the input, or returns text that is no summary
-//! ([`summary_defect`]: it repeats itself, repeats its instructions, or names messages,
-//! summaries or files that are not in what it summarises, as a small model does when it
-//! continues the transcript instead of summarising it). Offline summarisers are not judged so. Level 3 asks no model: it renders the offline structured summary (the span's
+//! ([`summary_defect`]: it repeats itself, repeats its instructions, copies the transcript's
+//! headers, or names messages, summaries or files that are not in what it summarises, as a small
+//! model does when it continues the transcript instead of summarising it). Offline summarisers are not judged so. Level 3 asks no model: it renders the offline structured summary (the span's
 //! digest, or the extractive summary of its text), as the offline summariser would, and when that
 //! is not smaller than the input it keeps the head and tail of the content with a marker. Level 3
 //! cannot fail and its output is always smaller than the input, so [`summarize_with_escalation`]
@@ -32,7 +32,7 @@ use regex::Regex;
 
 use crate::prompts::{build_prompt, prompt_phrases_in};
 use crate::provider::{ChatMessage, Completion, CompletionRequest, Provider, ProviderError};
-use crate::structured::text::compile;
+use crate::structured::text::{SPAN_HEADER, compile};
 use crate::structured::{STRUCTURED_MODEL, StructuredSummarizer};
 use crate::truncate::{TRUNCATION_BUDGET_TOKENS, truncate_middle};
 
@@ -211,8 +211,9 @@ const REPETITION_MIN_WORDS: usize = 32;
 const REPETITION_MIN_LINES: usize = 4;
 
 /// Five-word phrases of the prompt (not of the content) that make an answer an echo of its
-/// instructions: one can be chance ("the user asked to make"), three are not.
-const PROMPT_ECHO_PHRASES: usize = 3;
+/// instructions: one can be a preamble ("Here is a summary of the content between the
+/// fences"), two are talk about the task instead of the task.
+const PROMPT_ECHO_PHRASES: usize = 2;
 
 /// The ids a summary may cite: `msg_N`, `sum_N`, `file_N`.
 static CITED_ID: LazyLock<Regex> = LazyLock::new(|| compile(r"\b(?:msg|sum|file)_[0-9]+\b"));
@@ -224,13 +225,15 @@ static CITED_ID: LazyLock<Regex> = LazyLock::new(|| compile(r"\b(?:msg|sum|file)
 ///   others, or half or more of its four-word sequences (at least 32 words) came before. A
 ///   summary says each thing once; a small model caught in a loop says one thing until its
 ///   token limit.
-/// - **it repeats its instructions**: three or more five-word phrases of the summarisation
+/// - **it repeats its instructions**: two or more five-word phrases of the summarisation
 ///   prompts that the content does not hold (a small model answering "It is a leaf summary over
 ///   raw conversation messages and tool results ...").
 /// - **it names what it does not summarise**: a `msg_N`, `sum_N` or `file_N` that the content
 ///   does not contain. The content names every message, summary and file it holds, so such an
 ///   id is invented, typically by a model continuing the transcript (`[msg_7 assistant ...]`)
 ///   instead of summarising it.
+/// - **it copies the transcript**: a line opening with a message's or summary's header as the
+///   span is rendered to the model (`[msg_7 assistant 2026-...]`), which a summary never writes.
 ///
 /// All are judged on the text alone, deterministically; the size rule (fewer tokens than the
 /// input) is [`summarize_with_escalation`]'s.
@@ -283,6 +286,13 @@ pub fn summary_defect(text: &str, content: &str) -> Option<String> {
         return Some(format!(
             "names {}{more}, not in what it summarises",
             invented[..shown].join(", ")
+        ));
+    }
+    // A summary cites ids; it does not write the span's headers.
+    let headers = SPAN_HEADER.find_iter(text).count();
+    if headers > 0 {
+        return Some(format!(
+            "copies the transcript: {headers} message or summary header(s) of the span"
         ));
     }
     None
@@ -478,6 +488,23 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_that_copies_the_spans_headers_is_a_defect() {
+        let content = "[sum_3 depth 0 t1..t2]\n[msg_10 user t1]\nPlease acknowledge.\n\n\
+                       [sum_4 depth 0 t3..t4]\n[msg_11 assistant t3]\nI'll provide it.";
+        // SmolLM2-135M's condensed "summary" of such a span (session 42's probe).
+        let copy = "[sum_3 depth 0 t1..t4]\n[msg_10 user t1..t4]\nPlease acknowledge.\n\n\
+                    [sum_4 depth 0 t3..t4]\n[msg_11 assistant t3";
+        assert_eq!(
+            summary_defect(copy, content).as_deref(),
+            Some("copies the transcript: 4 message or summary header(s) of the span")
+        );
+        // Citing ids, in brackets or not, is what a summary does.
+        let cites =
+            "The user asked for an acknowledgement [msg_10]; sum_4 adds [msg_11]'s promise.";
+        assert_eq!(summary_defect(cites, "msg_10 sum_4 msg_11"), None);
+    }
+
+    #[test]
     fn an_answer_made_of_its_instructions_is_a_defect() {
         let content = "[msg_0 user t]\nMy name is Ada and I deploy ticket INV-4800 to staging.";
         // SmolLM2-135M's answer to the leaf prompt over such a span (session 42's probe).
@@ -487,9 +514,17 @@ mod tests {
                     results, and is only outputted to the user.";
         let defect = summary_defect(echo, content).unwrap_or_default();
         assert!(defect.starts_with("repeats its instructions: "), "{defect}");
-        // A summary may share a phrase or two with the prompt by chance.
-        let summary = "What the user asked: msg_0 (Ada) deploys ticket INV-4800 to staging; \
-                       decisions and their reasons were not given.";
+        // What SmolLM2-135M answered at the aggressive level over a condensed span.
+        let meta = "This is a condensed summary of the content between the fences. The original \
+                    text was longer and included details about the build system.";
+        assert_eq!(
+            summary_defect(meta, content).as_deref(),
+            Some("repeats its instructions: 2 phrases of the prompt, not of the content")
+        );
+        // A summary may share a phrase with the prompt, a preamble say.
+        let summary = "Here is a summary of the content between the fences: what the user \
+                       asked, msg_0 (Ada), deploys ticket INV-4800 to staging; decisions and \
+                       their reasons were not given.";
         assert_eq!(summary_defect(summary, content), None);
         // Wording the content holds is the content's, whatever the prompt says.
         let quoting = "This is a leaf summary over raw conversation messages and tool results. \

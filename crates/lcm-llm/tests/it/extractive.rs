@@ -170,3 +170,32 @@ fn a_sentence_is_kept_once_and_its_copies_leave_room_for_others() {
     assert!(out.matches("INV-48").count() >= 2, "{out}");
     assert!(counter().count_text(&out) <= 60);
 }
+
+#[test]
+fn a_span_is_summarised_by_what_its_messages_say_each_cited_by_id() {
+    // A chat span as the engine renders it for a summariser: a header line a message. The
+    // headers carry ids and numbers, which scored them above the messages they head; now they
+    // name the source of the kept lines instead.
+    let summarizer = ExtractiveSummarizer::new(counter());
+    let text: String = (0..8)
+        .map(|i| {
+            format!(
+                "[msg_{} user 2026-11-29T12:52:{i:02}.971Z]\nMy name is Ada and I deploy ticket \
+                 INV-48{i:02} to staging. Please acknowledge briefly.\n\n[msg_{} assistant \
+                 2026-11-29T12:52:{i:02}.999Z]\nI'm glad to help!\n\n",
+                2 * i,
+                2 * i + 1
+            )
+        })
+        .collect();
+    let out = summarizer.summarize_text(&text, 80);
+    assert!(!out.contains("[msg_"), "{out}");
+    assert!(!out.contains("2026-11-29"), "{out}");
+    assert!(out.matches("INV-48").count() >= 3, "{out}");
+    assert!(out.contains("msg_0: My name is Ada"), "{out}");
+    // Every kept line of a message is cited once, by the message's id.
+    for line in out.lines() {
+        assert!(line.starts_with("msg_"), "{line:?} in {out}");
+    }
+    assert!(counter().count_text(&out) <= 80);
+}
