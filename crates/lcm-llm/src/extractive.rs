@@ -42,6 +42,10 @@ struct Unit<'a> {
     source: Option<&'a str>,
 }
 
+/// A line of a summary that already names its message (`msg_4: ...`): under a summary's
+/// header it keeps that id rather than taking the summary's.
+static CITES_ITS_SOURCE: LazyLock<Regex> = LazyLock::new(|| compile(r"^(?:msg|sum|file)_[0-9]+: "));
+
 /// What the `msg_N: ` before a unit of another source costs, in tokens (about).
 const SOURCE_PREFIX_TOKENS: usize = 4;
 
@@ -232,16 +236,22 @@ fn assemble(units: &[Unit<'_>], chosen: &[bool]) -> String {
             Some(line) if line == unit.line => out.push(' '),
             Some(_) => out.push('\n'),
         }
+        let new_line = previous_line != Some(unit.line);
+        // A line citing its own message names no source for the lines after it.
+        let cites_its_own = new_line && CITES_ITS_SOURCE.is_match(unit.text);
         if let Some(source) = unit.source
-            && previous_line != Some(unit.line)
+            && new_line
             && unit.source != previous_source
+            && !cites_its_own
         {
             out.push_str(source);
             out.push_str(": ");
         }
         out.push_str(unit.text);
         previous_line = Some(unit.line);
-        previous_source = unit.source;
+        if new_line {
+            previous_source = if cites_its_own { None } else { unit.source };
+        }
     }
     out
 }

@@ -199,3 +199,33 @@ fn a_span_is_summarised_by_what_its_messages_say_each_cited_by_id() {
     }
     assert!(counter().count_text(&out) <= 80);
 }
+
+#[test]
+fn a_condensed_span_keeps_the_ids_its_summaries_cite() {
+    // Summaries rendered for a condensed pass: their lines already cite their messages.
+    let summarizer = ExtractiveSummarizer::new(counter());
+    let text: String = (0..6)
+        .map(|i| {
+            format!(
+                "[sum_{i} depth 0 2026-11-29T12:52:00Z..2026-11-29T12:53:00Z]\n\
+                 msg_{}: The user deployed ticket INV-48{i:02} to staging.\n\
+                 Commands:\n- `deploy --ticket INV-48{i:02}` -> ok\n\n",
+                3 * i
+            )
+        })
+        .collect();
+    let out = summarizer.summarize_text(&text, 70);
+    assert!(
+        out.contains("msg_0: The user deployed ticket INV-4800"),
+        "{out}"
+    );
+    // Lines without an id of their own take their summary's; none gets both.
+    for line in out.lines() {
+        assert!(
+            line.starts_with("msg_") || line.starts_with("sum_"),
+            "{line:?}"
+        );
+        assert!(!line.contains(": msg_"), "{line:?}");
+    }
+    assert!(out.contains("sum_0: Commands:"), "{out}");
+}
