@@ -57,6 +57,7 @@ use lcm_core::ids::{FileId, MessageId, SessionId, SummaryId};
 use lcm_core::message::{Message, Part};
 use lcm_core::summary::{ContextState, NewSummary, NodeRef, Summary, SummaryKind};
 use lcm_core::tokens::TokenCounter;
+use lcm_llm::prompts::{message_header, summary_header};
 use lcm_llm::structured::{commitments_section, extract};
 use lcm_llm::summarize::{Summarizer, SummaryRequest, summarize_with_escalation};
 use lcm_store::{ApplyOutcome, Store, StoreError, StoreReader};
@@ -901,7 +902,8 @@ fn prepare(
                     }
                 }
                 input_tokens += u64::from(m.token_count);
-                content.push_str(&format!("[{} {} {}]\n", m.id, m.role, m.created_at));
+                content.push_str(&message_header(m.id, m.role, m.created_at));
+                content.push('\n');
                 for part in &m.parts {
                     if let Some(text) = summarisable_text(part) {
                         content.push_str(&text);
@@ -935,10 +937,8 @@ fn prepare(
                     without_commitments(&s.content).to_string()
                 };
                 input_tokens += u64::from(s.token_count);
-                content.push_str(&format!(
-                    "[{} depth {} {}..{}]\n{}\n\n",
-                    s.id, s.depth, s.earliest_at, s.latest_at, text
-                ));
+                let header = summary_header(s.id, s.depth, s.earliest_at, s.latest_at);
+                content.push_str(&format!("{header}\n{text}\n\n"));
             }
             (
                 summaries.iter().map(|id| NodeRef::Summary(*id)).collect(),

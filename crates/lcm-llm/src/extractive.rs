@@ -19,8 +19,9 @@ use async_trait::async_trait;
 use lcm_core::tokens::TokenCounter;
 use regex::Regex;
 
+use crate::prompts::SPAN_HEADER;
 use crate::provider::{Completion, ProviderError};
-use crate::structured::text::{SPAN_HEADER, compile, sentences};
+use crate::structured::text::{compile, sentences};
 use crate::summarize::{Summarizer, SummaryCall};
 use crate::truncate::fit_prefix;
 

@@ -11,7 +11,19 @@
 //!
 //! The normal level asks for a narrative of about the target length; the aggressive level asks
 //! for terse bullet points in half of it.
+//!
+//! The content is a span as the engine renders it: each message or summary after its header
+//! line ([`message_header`], [`summary_header`]), the one format the summarisers' checks read.
 
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use lcm_core::ids::{MessageId, SummaryId};
+use lcm_core::message::Role;
+use lcm_core::time::Timestamp;
+use regex::Regex;
+
+use crate::structured::text::compile;
 use crate::summarize::EscalationLevel;
 
 /// A system prompt and a user message, ready for a [`crate::CompletionRequest`].
@@ -124,33 +136,32 @@ fn plain_words(text: &str) -> Vec<String> {
 }
 
 /// Every five-word sequence of the prompts' own wording (all depths, both levels).
-static PROMPT_PHRASES: std::sync::LazyLock<std::collections::HashSet<Vec<String>>> =
-    std::sync::LazyLock::new(|| {
-        let texts = [
-            COMMON_RULES.to_owned(),
-            LEAF_FOCUS.to_owned(),
-            CONDENSED_FOCUS.to_owned(),
-            DURABLE_FOCUS.to_owned(),
-            instruction(EscalationLevel::Normal, 0),
-            instruction(EscalationLevel::Aggressive, 0),
-            REMINDER.to_owned(),
-        ];
-        texts
-            .iter()
-            .flat_map(|t| {
-                plain_words(t)
-                    .windows(PHRASE_WORDS)
-                    .map(<[String]>::to_vec)
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    });
+static PROMPT_PHRASES: LazyLock<HashSet<Vec<String>>> = LazyLock::new(|| {
+    let texts = [
+        COMMON_RULES.to_owned(),
+        LEAF_FOCUS.to_owned(),
+        CONDENSED_FOCUS.to_owned(),
+        DURABLE_FOCUS.to_owned(),
+        instruction(EscalationLevel::Normal, 0),
+        instruction(EscalationLevel::Aggressive, 0),
+        REMINDER.to_owned(),
+    ];
+    texts
+        .iter()
+        .flat_map(|t| {
+            plain_words(t)
+                .windows(PHRASE_WORDS)
+                .map(<[String]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+});
 
 /// How many distinct five-word sequences of the prompts' wording `answer` repeats that
 /// `content` does not hold: a model that answers with its instructions instead of a summary.
 pub(crate) fn prompt_phrases_in(answer: &str, content: &str) -> usize {
     let words = plain_words(answer);
-    let found: std::collections::HashSet<&[String]> = words
+    let found: HashSet<&[String]> = words
         .windows(PHRASE_WORDS)
         .filter(|w| PROMPT_PHRASES.contains(*w))
         .collect();
@@ -158,10 +169,28 @@ pub(crate) fn prompt_phrases_in(answer: &str, content: &str) -> usize {
         return 0;
     }
     let content_words = plain_words(content);
-    let in_content: std::collections::HashSet<&[String]> =
-        content_words.windows(PHRASE_WORDS).collect();
+    let in_content: HashSet<&[String]> = content_words.windows(PHRASE_WORDS).collect();
     found.iter().filter(|w| !in_content.contains(**w)).count()
 }
+
+/// The line that opens a message in a span rendered for a summariser:
+/// `[msg_7 assistant 2026-11-29T11:42:02.523Z]`.
+pub fn message_header(id: MessageId, role: Role, at: Timestamp) -> String {
+    format!("[{id} {role} {at}]")
+}
+
+/// The line that opens a summary in a condensed span rendered for a summariser:
+/// `[sum_3 depth 0 FROM..TO]`.
+pub fn summary_header(id: SummaryId, depth: u32, from: Timestamp, to: Timestamp) -> String {
+    format!("[{id} depth {depth} {from}..{to}]")
+}
+
+/// A line opening with [`message_header`] or [`summary_header`]; group 1 is the id. What a
+/// summary does not copy, and what the extractive summariser reads as the source of the lines
+/// after it.
+pub(crate) static SPAN_HEADER: LazyLock<Regex> = LazyLock::new(|| {
+    compile(r"(?m)^\s*\[((?:msg|sum)_[0-9]+) (?:user|assistant|tool|system|depth [0-9]+)\b")
+});
 
 /// The prompt for summarising `content` at `depth` and `level` in about `target_tokens` tokens.
 pub fn build_prompt(
@@ -200,6 +229,19 @@ mod tests {
         assert!(system_prompt(0).contains("files were read"));
         assert!(system_prompt(1).contains("timeline"));
         assert!(system_prompt(3).contains("trajectory"));
+    }
+
+    #[test]
+    fn span_headers_are_recognised_with_their_ids() {
+        let at = Timestamp(1_764_416_522_523);
+        for (header, id) in [
+            (message_header(MessageId(7), Role::Assistant, at), "msg_7"),
+            (message_header(MessageId(0), Role::User, at), "msg_0"),
+            (summary_header(SummaryId(3), 12, at, at), "sum_3"),
+        ] {
+            let captured = SPAN_HEADER.captures(&header).and_then(|c| c.get(1));
+            assert_eq!(captured.map(|m| m.as_str()), Some(id), "{header}");
+        }
     }
 
     #[test]

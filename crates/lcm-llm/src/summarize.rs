@@ -30,9 +30,9 @@ use serde::{Deserialize, Serialize};
 
 use regex::Regex;
 
-use crate::prompts::{build_prompt, prompt_phrases_in};
+use crate::prompts::{SPAN_HEADER, build_prompt, prompt_phrases_in};
 use crate::provider::{ChatMessage, Completion, CompletionRequest, Provider, ProviderError};
-use crate::structured::text::{SPAN_HEADER, compile};
+use crate::structured::text::compile;
 use crate::structured::{STRUCTURED_MODEL, StructuredSummarizer};
 use crate::truncate::{TRUNCATION_BUDGET_TOKENS, truncate_middle};
 
@@ -359,9 +359,8 @@ pub async fn summarize_with_escalation(
                             format!(
                                 "output of {tokens} tokens is not smaller than the input of {input}"
                             )
-                        } else if let Some(defect) = (!summarizer.is_offline())
-                            .then(|| summary_defect(text, &request.content))
-                            .flatten()
+                        } else if !summarizer.is_offline()
+                            && let Some(defect) = summary_defect(text, &request.content)
                         {
                             defect
                         } else {

@@ -11,12 +11,6 @@ pub(crate) fn compile(pattern: &str) -> Regex {
     }
 }
 
-/// A line opening with a message's or summary's header as the engine renders a span for a
-/// summariser (`[msg_7 assistant 2026-...]`, `[sum_3 depth 0 ...]`); group 1 is the id.
-pub(crate) static SPAN_HEADER: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
-    compile(r"(?m)^\s*\[((?:msg|sum)_[0-9]+) (?:user|assistant|tool|system|depth [0-9]+)\b")
-});
-
 /// Cuts a line into sentences: after `.`, `!` or `?` followed by whitespace.
 pub(crate) fn sentences(line: &str) -> impl Iterator<Item = &str> {
     let mut rest = line;
